@@ -1,0 +1,34 @@
+"""mbfg: planar multibody dynamics, kinematics and estimation as factor graphs on GTSAM.
+
+Quick start::
+
+    import mbfg
+    mech = mbfg.load_mechanism("mechanisms/fourbar.yaml")
+    mech.coordinate_names, mech.q0, mech.constraints(mech.q0), mech.mass_matrix()
+"""
+from __future__ import annotations
+
+from mbfg import errors
+from mbfg.errors import MbfgError
+from mbfg.model import Mechanism, build_mechanism
+
+__version__ = "0.1.0"
+
+
+def load_mechanism(path) -> Mechanism:
+    """Read a mechanism YAML file and build its assembled model.
+
+    Raises a subclass of :class:`mbfg.errors.MechanismError` naming the file, YAML path and
+    line for any invalid input."""
+    from mbfg.loader import load_spec
+    return build_mechanism(load_spec(path))
+
+
+def mechanism_from_yaml(text: str, source: str | None = None) -> Mechanism:
+    """Build a mechanism from YAML text (``source`` is used in error messages)."""
+    from mbfg.loader import parse_spec
+    return build_mechanism(parse_spec(text, source=source))
+
+
+__all__ = ["load_mechanism", "mechanism_from_yaml", "Mechanism", "build_mechanism",
+           "MbfgError", "errors", "__version__"]

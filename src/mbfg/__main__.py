@@ -1,0 +1,5 @@
+import sys
+
+from mbfg.cli import main
+
+sys.exit(main())

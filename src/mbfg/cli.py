@@ -1,0 +1,79 @@
+"""Command-line interface: ``mbfg <command> ...`` (also ``python -m mbfg``).
+
+Every :class:`~mbfg.errors.MbfgError` (bad input, non-convergence) is printed as one line on
+stderr with exit code 2; no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from mbfg.errors import MbfgError
+
+
+def _cmd_check(args) -> int:
+    import mbfg
+    from mbfg.model import constraints as C
+    from mbfg.model import kinematics as K
+
+    mech = mbfg.load_mechanism(args.mechanism)
+    J = C.constraint_jacobian(mech, mech.q0)
+    rank = K.numerical_rank(J)
+    idx = K.choose_independent_coordinates(mech)
+    residual = float(np.linalg.norm(C.position_constraints(mech, mech.q0)))
+    names = mech.coordinate_names
+    lines = [
+        f"mechanism:               {args.mechanism}",
+        f"points / bodies:         {mech.n_points} / {len(mech.spec.bodies)}",
+        f"coordinates n:           {mech.n}",
+        f"constraints m:           {mech.m}",
+        f"rank of Phi_q:           {rank}" + (f"  ({mech.m - rank} redundant)" if rank < mech.m else ""),
+        f"degrees of freedom:      {mech.n - rank}",
+        f"coordinate names:        {' '.join(names)}",
+        f"independent coordinates: {' '.join(names[i] for i in idx)}  (indices {', '.join(map(str, idx))})",
+        f"assembly residual |Phi|: {residual:.3e}",
+        f"total mass:              {mech.total_mass:.6g} kg",
+        f"gravity:                 [{mech.gravity[0]:g}, {mech.gravity[1]:g}] m/s^2",
+        "q0:                      " + " ".join(f"{v:.6g}" for v in mech.q0),
+    ]
+    print("\n".join(lines))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mbfg", description="Planar multibody dynamics as factor graphs")
+    from mbfg import __version__
+    p.add_argument("--version", action="version", version=f"mbfg {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="load a mechanism and print its model summary")
+    c.add_argument("mechanism", help="mechanism YAML file")
+    c.set_defaults(func=_cmd_check)
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return p
+
+
+_EXTRA_COMMANDS: list = []
+"""Functions ``register(subparsers)`` that add more sub-commands (simulate, inverse, ...)."""
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except MbfgError as e:
+        print(f"mbfg {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"mbfg {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"mbfg {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

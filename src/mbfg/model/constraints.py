@@ -1,0 +1,152 @@
+"""Constraint kernels: Phi and its derivatives, exact and analytic (paper Eqs. 1-3, 24-25,
+31-32, 40 and Appendix III).
+
+Every function is pure, takes the immutable :class:`~mbfg.model.mechanism.Mechanism` and numpy
+arrays, and is vectorized over leading axes: ``q`` of shape ``(n,)`` gives results for one
+state, ``(T, n)`` gives them for T states at once (the batch drivers use this).
+
+Notation (time-independent constraints, so Phi_t = 0):
+
+===========================  =====================================  ==================
+function                     quantity                               shape
+===========================  =====================================  ==================
+position_constraints         Phi(q)                                 (..., m)
+constraint_jacobian          Phi_q(q)                               (..., m, n)
+constraint_hessian           Phi_qq(q)  (row k = Hessian of Phi_k)  (..., m, n, n)
+hessian_times                Phi_qq(q) v   (= d(Phi_q v)/dq)        (..., m, n)
+constraint_jacobian_dot      dPhi_q/dt = Phi_qq qdot  (Eq. 40a)     (..., m, n)
+velocity_constraints         Phi_q qdot  (Eq. 25a)                  (..., m)
+acceleration_bias            dPhi_q/dt qdot   (c = -this, Eq. 3)    (..., m)
+acceleration_bias_jacobian   d(dPhi_q/dt qdot)/dq                   (..., m, n)
+acceleration_constraints     dPhi_q/dt qdot + Phi_q qddot           (..., m)
+===========================  =====================================  ==================
+
+Useful identities (all exact here): d(Phi_q qdot)/dq = Phi_qq qdot = dPhi_q/dt;
+d(dPhi_q/dt qdot)/dqdot = 2 dPhi_q/dt; d(Phi_q qddot)/dq = Phi_qq qddot.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _flat(mech, x):
+    x = np.asarray(x, dtype=float)
+    return x.reshape(-1, mech.n), x.shape[:-1]
+
+
+def _angle_terms(mech, q2):
+    """Per-angle quantities for T states: d (T,a,2), s, c, theta-onehot, gradient pieces."""
+    d = np.einsum("akn,tn->tak", mech.angle_D, q2) + mech.angle_d0
+    th = q2[:, mech.angle_coords]
+    return d[..., 0], d[..., 1], np.sin(th), np.cos(th)
+
+
+def position_constraints(mech, q):
+    """Phi(q), Eq. (1) / (24a).  Shape (..., m)."""
+    q2, lead = _flat(mech, q)
+    out = np.empty((q2.shape[0], mech.m))
+    mq = mech.m_quadratic
+    if mq:
+        Hq = (q2 @ mech._quad_H_flat.T).reshape(-1, mq, mech.n)
+        out[:, :mq] = np.einsum("tkn,tn->tk", 0.5 * Hq + mech.quad_g, q2) + mech.quad_c
+    if mech.angle_coords.size:
+        dx, dy, s, c = _angle_terms(mech, q2)
+        out[:, mq:] = dx * s - dy * c
+    return out.reshape(lead + (mech.m,))
+
+
+def constraint_jacobian(mech, q):
+    """Phi_q(q), Eq. (24d).  Shape (..., m, n)."""
+    q2, lead = _flat(mech, q)
+    out = np.empty((q2.shape[0], mech.m, mech.n))
+    mq = mech.m_quadratic
+    if mq:
+        out[:, :mq] = (q2 @ mech._quad_H_flat.T).reshape(-1, mq, mech.n) + mech.quad_g
+    if mech.angle_coords.size:
+        dx, dy, s, c = _angle_terms(mech, q2)
+        D = mech.angle_D
+        out[:, mq:] = (D[None, :, 0, :] * s[..., None] - D[None, :, 1, :] * c[..., None]
+                       + mech.angle_onehot * (dx * c + dy * s)[..., None])
+    return out.reshape(lead + (mech.m, mech.n))
+
+
+def _angle_w(mech, s, c):
+    """w = d(dPhi/dtheta)/d(point coords) = D_x cos + D_y sin, shape (T, a, n)."""
+    D = mech.angle_D
+    return D[None, :, 0, :] * c[..., None] + D[None, :, 1, :] * s[..., None]
+
+
+def hessian_times(mech, q, v):
+    """Phi_qq(q) v: row k is (Hessian of Phi_k) @ v.  Shape (..., m, n).
+
+    Equals d(Phi_q v)/dq for a constant v; with v = qdot it is dPhi_q/dt (Eq. 40a)."""
+    q2, lead = _flat(mech, q)
+    v2 = np.broadcast_to(np.asarray(v, dtype=float), np.shape(q)).reshape(-1, mech.n)
+    out = np.empty((q2.shape[0], mech.m, mech.n))
+    mq = mech.m_quadratic
+    if mq:
+        out[:, :mq] = (v2 @ mech._quad_H_flat.T).reshape(-1, mq, mech.n)
+    if mech.angle_coords.size:
+        dx, dy, s, c = _angle_terms(mech, q2)
+        w = _angle_w(mech, s, c)
+        E = mech.angle_onehot
+        phi = dx * s - dy * c
+        vth = v2[:, mech.angle_coords]
+        wv = np.einsum("tan,tn->ta", w, v2)
+        out[:, mq:] = w * vth[..., None] + E * (wv - phi * vth)[..., None]
+    return out.reshape(lead + (mech.m, mech.n))
+
+
+def constraint_jacobian_dot(mech, q, qd):
+    """dPhi_q/dt = Phi_qq qdot (Eq. 40a).  Shape (..., m, n)."""
+    return hessian_times(mech, q, qd)
+
+
+def constraint_hessian(mech, q):
+    """Full Hessian tensor Phi_qq(q), shape (..., m, n, n) (mainly for tests and analysis)."""
+    q2, lead = _flat(mech, q)
+    T = q2.shape[0]
+    out = np.zeros((T, mech.m, mech.n, mech.n))
+    mq = mech.m_quadratic
+    out[:, :mq] = mech.quad_H
+    if mech.angle_coords.size:
+        dx, dy, s, c = _angle_terms(mech, q2)
+        w = _angle_w(mech, s, c)
+        E = mech.angle_onehot
+        phi = dx * s - dy * c
+        out[:, mq:] = (w[..., :, None] * E[None, :, None, :] + E[None, :, :, None] * w[..., None, :]
+                       - phi[..., None, None] * (E[:, :, None] * E[:, None, :])[None])
+    return out.reshape(lead + (mech.m, mech.n, mech.n))
+
+
+def velocity_constraints(mech, q, qd):
+    """Phi_q(q) qdot, Eq. (25a).  Shape (..., m)."""
+    return np.einsum("...kn,...n->...k", constraint_jacobian(mech, q), qd)
+
+
+def acceleration_bias(mech, q, qd):
+    """dPhi_q/dt qdot = qdot^T Phi_qq qdot; the acceleration right-hand side is c = -this (Eq. 3)."""
+    return np.einsum("...kn,...n->...k", hessian_times(mech, q, qd), qd)
+
+
+def acceleration_bias_jacobian(mech, q, qd):
+    """d(dPhi_q/dt qdot)/dq, shape (..., m, n).  Zero for the quadratic rows."""
+    q2, lead = _flat(mech, q)
+    qd2 = np.broadcast_to(np.asarray(qd, dtype=float), np.shape(q)).reshape(-1, mech.n)
+    out = np.zeros((q2.shape[0], mech.m, mech.n))
+    mq = mech.m_quadratic
+    if mech.angle_coords.size:
+        dx, dy, s, c = _angle_terms(mech, q2)
+        D = mech.angle_D
+        ddx = np.einsum("an,tn->ta", D[:, 0, :], qd2)
+        ddy = np.einsum("an,tn->ta", D[:, 1, :], qd2)
+        thd = qd2[:, mech.angle_coords]
+        J = constraint_jacobian(mech, q2)[:, mq:]
+        out[:, mq:] = (mech.angle_onehot * (2.0 * thd * (-s * ddx + c * ddy))[..., None]
+                       - (thd ** 2)[..., None] * J)
+    return out.reshape(lead + (mech.m, mech.n))
+
+
+def acceleration_constraints(mech, q, qd, qdd):
+    """dPhi_q/dt qdot + Phi_q qddot (the acceleration-level constraint, Eq. 32a top)."""
+    return acceleration_bias(mech, q, qd) + velocity_constraints(mech, q, qdd)

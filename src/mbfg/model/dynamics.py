@@ -1,0 +1,196 @@
+"""Equations of motion and their exact derivatives (paper Eqs. 4-7, 13-15, 26-29).
+
+Generalized forces: the functions take ``Q``, the *applied* generalized forces (motor torques,
+user loads) of shape (..., n); gravity (:meth:`Mechanism.gravity_forces`) is always added
+internally.  ``Q=None`` means no applied force.
+
+Dependent coordinates.  With Phi_q' the linearly independent constraint rows
+(``mech.independent_rows``; redundant rows are implied by the others and would make the
+multipliers non-unique), the accelerations solve the augmented (KKT) system of Eq. (5)
+
+    [ M     Phi_q'^T ] [ qddot  ]   [ Q_g + Q ]
+    [ Phi_q'   0     ] [ lambda ] = [   c     ],   c = -dPhi_q'/dt qdot  (Eq. 3)
+
+which is nonsingular whenever M is positive definite on the null space of Phi_q, so a singular
+M (zero rows of relative angles) is fine.  Its solution is Eq. (6).  Optional Baumgarte
+stabilization replaces c by ``c - 2 zeta omega Phi_q qdot - omega^2 Phi``.
+
+Exact Jacobians follow by implicit differentiation of the same linear system: with K the KKT
+matrix, d[qddot; lambda]/dx = K^-1 (d rhs/dx - dK/dx [qddot; lambda]), where
+dK/dq_j [qddot; lambda] = [(Phi_qq^T lambda)_j; (Phi_qq qddot)_j].
+
+Independent coordinates (Eq. 15): zddot = (R^T M R)^-1 R^T (Q_g + Q - M S c).  This is
+identically B qddot, so its Jacobians are B times the dependent ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mbfg.model import constraints as C
+from mbfg.model.kinematics import selection_matrix, velocity_transform
+
+
+@dataclass(frozen=True)
+class Baumgarte:
+    """Baumgarte stabilization parameters: c -> c - 2 zeta omega Phi_q qdot - omega^2 Phi.
+
+    ``zeta`` [-] damping ratio and ``omega`` [rad/s] natural frequency."""
+    zeta: float = 1.0
+    omega: float = 10.0
+
+
+@dataclass(frozen=True)
+class DynamicsJacobians:
+    """qddot and its exact derivatives at one or many states.
+
+    Shapes: qdd (..., n); lam (..., m) (multipliers of all rows, zero on redundant rows);
+    d_q, d_qd, d_Q (..., n, n)."""
+    qdd: np.ndarray
+    lam: np.ndarray
+    d_q: np.ndarray
+    d_qd: np.ndarray
+    d_Q: np.ndarray
+
+
+def _applied(mech, Q, lead):
+    Qg = mech.gravity_forces()
+    if Q is None:
+        return np.broadcast_to(Qg, lead + (mech.n,))
+    return Qg + np.asarray(Q, float)
+
+
+def _kkt(mech, J):
+    n, mr = mech.n, J.shape[-2]
+    K = np.zeros(J.shape[:-2] + (n + mr, n + mr))
+    K[..., :n, :n] = mech.mass_matrix()
+    K[..., :n, n:] = np.swapaxes(J, -1, -2)
+    K[..., n:, :n] = J
+    return K
+
+
+def _rhs_c(mech, q, qd, baumgarte):
+    rows = mech.independent_rows
+    c = -C.acceleration_bias(mech, q, qd)[..., rows]
+    J = C.constraint_jacobian(mech, q)[..., rows, :]
+    if baumgarte is not None:
+        z, w = baumgarte.zeta, baumgarte.omega
+        c = (c - 2.0 * z * w * np.einsum("...kn,...n->...k", J, qd)
+             - w * w * C.position_constraints(mech, q)[..., rows])
+    return J, c
+
+
+def forward_dynamics(mech, q, qd, Q=None, *, baumgarte: Baumgarte | None = None,
+                     return_multipliers: bool = False):
+    """Accelerations qddot(q, qdot, Q) in dependent coordinates, Eq. (5)-(6).
+
+    Parameters
+    ----------
+    q, qd : (..., n)
+        Positions [m, rad] and velocities.
+    Q : (..., n), optional
+        Applied generalized forces [N, N m]; gravity is added internally.
+    baumgarte : Baumgarte, optional
+        Stabilization terms (off by default: graphs carry explicit constraint factors).
+    return_multipliers : bool
+        Also return lambda (..., m), zero on redundant rows.
+
+    Returns
+    -------
+    qdd : (..., n)   [and lam : (..., m)]
+    """
+    q = np.asarray(q, float)
+    qd = np.asarray(qd, float)
+    lead = q.shape[:-1]
+    J, c = _rhs_c(mech, q, qd, baumgarte)
+    rhs = np.concatenate([_applied(mech, Q, lead), c], axis=-1)
+    sol = np.linalg.solve(_kkt(mech, J), rhs[..., None])[..., 0]
+    qdd = sol[..., :mech.n]
+    if not return_multipliers:
+        return qdd
+    lam = np.zeros(lead + (mech.m,))
+    lam[..., mech.independent_rows] = sol[..., mech.n:]
+    return qdd, lam
+
+
+def forward_dynamics_jacobians(mech, q, qd, Q=None, *,
+                               baumgarte: Baumgarte | None = None) -> DynamicsJacobians:
+    """qddot and its exact Jacobians d qddot/dq, d qddot/dqdot, d qddot/dQ (Eqs. 26d, 28d-g).
+
+    Vectorized over leading axes of q, qd, Q."""
+    q = np.asarray(q, float)
+    qd = np.asarray(qd, float)
+    n = mech.n
+    lead = q.shape[:-1]
+    rows = mech.independent_rows
+    J, c = _rhs_c(mech, q, qd, baumgarte)
+    mr = rows.size
+    K = _kkt(mech, J)
+    rhs = np.concatenate([_applied(mech, Q, lead), c], axis=-1)
+    sol = np.linalg.solve(K, rhs[..., None])[..., 0]
+    qdd, lam_r = sol[..., :n], sol[..., n:]
+
+    # derivative right-hand sides, each (..., n + mr, n)
+    Jdot = C.constraint_jacobian_dot(mech, q, qd)[..., rows, :]
+    H = C.constraint_hessian(mech, q)[..., rows, :, :]
+    Rq = np.zeros(lead + (n + mr, n))
+    Rq[..., :n, :] = -np.einsum("...k,...kij->...ij", lam_r, H)
+    Rq[..., n:, :] = (-C.acceleration_bias_jacobian(mech, q, qd)[..., rows, :]
+                      - np.einsum("...kij,...j->...ki", H, qdd))
+    Rqd = np.zeros(lead + (n + mr, n))
+    Rqd[..., n:, :] = -2.0 * Jdot
+    if baumgarte is not None:
+        z, w = baumgarte.zeta, baumgarte.omega
+        Rq[..., n:, :] += -2.0 * z * w * Jdot - w * w * J
+        Rqd[..., n:, :] += -2.0 * z * w * J
+    RQ = np.zeros(lead + (n + mr, n))
+    RQ[..., :n, :] = np.eye(n)
+    X = np.linalg.solve(K, np.concatenate([Rq, Rqd, RQ], axis=-1))
+    lam = np.zeros(lead + (mech.m,))
+    lam[..., rows] = lam_r
+    return DynamicsJacobians(qdd=qdd, lam=lam, d_q=X[..., :n, :n], d_qd=X[..., :n, n:2 * n],
+                             d_Q=X[..., :n, 2 * n:])
+
+
+def independent_dynamics(mech, q, qd, indices, Q=None) -> np.ndarray:
+    """zddot of Eq. (15): (R^T M R)^-1 R^T (Q_g + Q - M S c), shape (..., d).
+
+    ``indices`` are the independent coordinates (z = q[indices])."""
+    q = np.asarray(q, float)
+    qd = np.asarray(qd, float)
+    R, S = velocity_transform(mech, q, indices)
+    M = mech.mass_matrix()
+    _, c = _rhs_c(mech, q, qd, None)
+    Qt = _applied(mech, Q, q.shape[:-1])
+    Rt = np.swapaxes(R, -1, -2)
+    Mbar = Rt @ M @ R
+    Sc = np.einsum("...ij,...j->...i", S, c)
+    Qbar = np.einsum("...ij,...j->...i", Rt, Qt - Sc @ M.T)
+    return np.linalg.solve(Mbar, Qbar[..., None])[..., 0]
+
+
+def independent_dynamics_jacobians(mech, q, qd, indices, Q=None) -> DynamicsJacobians:
+    """zddot and its exact Jacobians w.r.t. q, qdot, Q (Eqs. 27d, 29d-g): B times the
+    dependent-coordinate ones.  Returned arrays have d rows instead of n."""
+    dep = forward_dynamics_jacobians(mech, q, qd, Q)
+    idx = np.asarray(indices, int)
+    return DynamicsJacobians(qdd=dep.qdd[..., idx], lam=dep.lam, d_q=dep.d_q[..., idx, :],
+                             d_qd=dep.d_qd[..., idx, :], d_Q=dep.d_Q[..., idx, :])
+
+
+def inverse_dynamics(mech, q, qd, qdd, actuated) -> np.ndarray:
+    """Applied forces on the ``actuated`` coordinates that produce ``qdd`` (least squares).
+
+    Solves M qddot + Phi_q^T lambda = Q_g + E Q_a for (lambda, Q_a), E selecting the actuated
+    coordinates.  Returns the full (n,) applied-force vector (zero off the actuated ones).
+    Used for initial guesses and cross-checks; the factor graphs solve the same problem."""
+    idx = np.asarray(actuated, int)
+    J = C.constraint_jacobian(mech, q)
+    E = selection_matrix(mech.n, idx).T
+    A = np.hstack([J.T, -E])
+    b = mech.gravity_forces() - mech.mass_matrix() @ np.asarray(qdd, float)
+    x = np.linalg.lstsq(A, b, rcond=None)[0]
+    Q = np.zeros(mech.n)
+    Q[idx] = x[J.shape[0]:]
+    return Q

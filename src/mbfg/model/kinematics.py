@@ -1,0 +1,180 @@
+"""Kinematic problems: position (assembly, finite displacement), velocity and acceleration
+problems, choice of independent coordinates and the velocity transform R, S (paper Eqs. 1-3,
+8-12).
+
+Every linear solve on Phi_q is rank revealing (SVD least squares or QR with column pivoting),
+because mechanisms such as the pick-and-place robot have redundant constraints (Phi_q is 21x22
+of rank 20).
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+from mbfg.errors import ConvergenceError, SolverError
+from mbfg.model import constraints as C
+
+RANK_RTOL = 1e-9
+"""Singular values below RANK_RTOL * sigma_max count as zero when computing ranks."""
+
+
+def numerical_rank(A: np.ndarray, rtol: float = RANK_RTOL) -> int:
+    """Rank of A from its singular values."""
+    if A.size == 0:
+        return 0
+    s = np.linalg.svd(A, compute_uv=False)
+    return int(np.sum(s > rtol * max(s[0], 1e-300)))
+
+
+def independent_constraint_rows(mech, q) -> np.ndarray:
+    """Indices of a maximal linearly independent subset of the rows of Phi_q(q), sorted.
+
+    Found by QR with column pivoting of Phi_q^T; equal to all rows for non-redundant
+    constraints."""
+    J = C.constraint_jacobian(mech, q)
+    r = numerical_rank(J)
+    if r == J.shape[0]:
+        return np.arange(J.shape[0])
+    _, _, piv = scipy.linalg.qr(J.T, mode="economic", pivoting=True)
+    return np.sort(piv[:r])
+
+
+def solve_position(mech, q_guess, *, fixed_indices=(), fixed_values=None, tol: float = 1e-12,
+                   max_iter: int = 100) -> np.ndarray:
+    """Solve the position problem Phi(q) = 0 (optionally with q[fixed_indices] = fixed_values).
+
+    Gauss-Newton with minimum-norm least-squares steps (SVD), which keeps the solution on the
+    assembly branch nearest the guess.
+
+    Parameters
+    ----------
+    q_guess : (n,) array
+    fixed_indices : sequence of int
+        Coordinates held at ``fixed_values`` (finite-displacement problem).
+    tol : float
+        Convergence when max |residual| <= tol.
+
+    Raises
+    ------
+    ConvergenceError
+        With the final residual when the tolerance is not met within ``max_iter`` iterations.
+    """
+    q = np.array(q_guess, dtype=float)
+    idx = np.asarray(fixed_indices, dtype=int)
+    if idx.size:
+        q[idx] = np.asarray(fixed_values, dtype=float)
+    free = np.setdiff1d(np.arange(mech.n), idx)
+    best = np.inf
+    for it in range(max_iter + 1):
+        phi = C.position_constraints(mech, q)
+        res = float(np.max(np.abs(phi))) if phi.size else 0.0
+        if not np.isfinite(res):
+            break
+        best = min(best, res)
+        if res <= tol:
+            return q
+        if it == max_iter:
+            break
+        J = C.constraint_jacobian(mech, q)[:, free]
+        step = np.linalg.lstsq(J, -phi, rcond=None)[0]
+        q[free] += step
+    raise ConvergenceError("position problem did not converge", residual=best, iterations=it)
+
+
+def solve_finite_displacement(mech, q_guess, indices, values, *, tol=1e-12, max_iter=100):
+    """Position problem with given independent coordinates ``q[indices] = values``."""
+    return solve_position(mech, q_guess, fixed_indices=indices, fixed_values=values, tol=tol,
+                          max_iter=max_iter)
+
+
+def choose_independent_coordinates(mech, q=None, prefer=None) -> tuple:
+    """Choose ``dof`` coordinates that can serve as independent coordinates at ``q``.
+
+    Greedy: walk through candidate coordinates (``prefer`` first, then relative angles, then
+    point coordinates) and keep one if it raises the rank of [Phi_q; B].  Returns a sorted
+    tuple of coordinate indices.
+    """
+    q = mech.q0 if q is None else np.asarray(q, float)
+    J = C.constraint_jacobian(mech, q)
+    rank = numerical_rank(J)
+    dof = mech.n - rank
+    order = list(prefer or []) + list(mech.angle_coords) + list(range(mech.n))
+    chosen = []
+    rows = J
+    for i in order:
+        if len(chosen) == dof:
+            break
+        if i in chosen:
+            continue
+        e = np.zeros((1, mech.n))
+        e[0, i] = 1.0
+        trial = np.vstack([rows, e])
+        if numerical_rank(trial) > rank + len(chosen):
+            chosen.append(int(i))
+            rows = trial
+    return tuple(sorted(chosen))
+
+
+def selection_matrix(n: int, indices) -> np.ndarray:
+    """B (d, n) with B q = q[indices] (the I_idxs of Eq. 30d)."""
+    idx = np.asarray(indices, dtype=int)
+    B = np.zeros((idx.size, n))
+    B[np.arange(idx.size), idx] = 1.0
+    return B
+
+
+def check_independent_coordinates(mech, indices, q=None):
+    """Raise :class:`SolverError` unless ``indices`` is a valid set of independent coordinates."""
+    q = mech.q0 if q is None else q
+    idx = tuple(int(i) for i in indices)
+    if len(idx) != mech.dof or len(set(idx)) != len(idx) or any(not 0 <= i < mech.n for i in idx):
+        raise SolverError(f"independent coordinates must be {mech.dof} distinct indices in "
+                          f"0..{mech.n - 1}; got {list(idx)}")
+    K = np.vstack([C.constraint_jacobian(mech, q)[mech.independent_rows],
+                   selection_matrix(mech.n, idx)])
+    if numerical_rank(K) < mech.n:
+        names = [mech.coordinate_names[i] for i in idx]
+        raise SolverError(f"coordinates {names} cannot serve as independent coordinates at this "
+                          f"configuration ([Phi_q; B] is singular)")
+    return idx
+
+
+def velocity_transform(mech, q, indices):
+    """R (n, d) and S (n, m') of Eq. (11): [Phi_q'; B]^-1 = [S R], where Phi_q' keeps the
+    independent constraint rows (``mech.independent_rows``).
+
+    qdot = S b + R zdot (Eq. 11);  qddot = S c + R zddot (Eq. 12)."""
+    J = C.constraint_jacobian(mech, q)[..., mech.independent_rows, :]
+    B = np.broadcast_to(selection_matrix(mech.n, indices), J.shape[:-2] + (len(indices), mech.n))
+    Kinv = np.linalg.inv(np.concatenate([J, B], axis=-2))
+    mr = J.shape[-2]
+    return Kinv[..., :, mr:], Kinv[..., :, :mr]
+
+
+def null_space_basis(mech, q, indices=None) -> np.ndarray:
+    """R(q) (n, dof): a basis of the null space of Phi_q with B R = I (Eq. 8)."""
+    indices = choose_independent_coordinates(mech, q) if indices is None else indices
+    return velocity_transform(mech, q, indices)[0]
+
+
+def solve_velocity(mech, q, indices, zd) -> np.ndarray:
+    """Velocity problem: qdot with Phi_q qdot = 0 and qdot[indices] = zd (Eq. 11, b = 0)."""
+    R, _ = velocity_transform(mech, q, indices)
+    return R @ np.asarray(zd, float)
+
+
+def acceleration_rhs(mech, q, qd) -> np.ndarray:
+    """c = -dPhi_q/dt qdot on the independent rows (Eq. 3, time-independent constraints)."""
+    return -C.acceleration_bias(mech, q, qd)[..., mech.independent_rows]
+
+
+def solve_acceleration(mech, q, qd, indices, zdd) -> np.ndarray:
+    """Acceleration problem: qddot = S c + R zddot (Eq. 12)."""
+    R, S = velocity_transform(mech, q, indices)
+    return S @ acceleration_rhs(mech, q, qd) + R @ np.asarray(zdd, float)
+
+
+def project_velocity(mech, q, qd) -> np.ndarray:
+    """Minimum-norm correction of qdot onto Phi_q qdot = 0."""
+    J = C.constraint_jacobian(mech, q)
+    return qd - np.linalg.lstsq(J, J @ qd, rcond=None)[0]

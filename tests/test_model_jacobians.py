@@ -1,0 +1,109 @@
+"""Every kernel of the model (constraints and equations of motion) against central differences,
+on several mechanisms and random assembled states, through the one shared helper."""
+import numpy as np
+import pytest
+
+from conftest import FD_MECHANISMS, load
+from mbfg.model import constraints as C
+from mbfg.model import dynamics as D
+from mbfg.model import kinematics as K
+from mbfg.testing import check_jacobian, random_assembled_state
+
+
+def _states(name):
+    """Seeded random assembled states; for mechanisms with a relative angle also states with
+    |sin(theta)| = 0.707 and |sin(theta)| close to 1 (where the C++ library switched equations)."""
+    mech = load(name)
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    out = [random_assembled_state(mech, rng) for _ in range(2)]
+    if mech.angle_coords.size:
+        theta0 = mech.q0[mech.angle_coords[0]]
+        for target in (np.pi / 4, np.pi / 2 - 1e-3):
+            # move the first angle toward the target in its own quadrant/sense of motion
+            out.append(random_assembled_state(mech, rng, angle=theta0 + 0.5 * (target - theta0)))
+            out.append(random_assembled_state(mech, rng, angle=target))
+    return mech, out
+
+
+CASES = [(name, i) for name in FD_MECHANISMS for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def states():
+    return {name: _states(name) for name in FD_MECHANISMS}
+
+
+def _case(states, name, i):
+    mech, sts = states[name]
+    if i >= len(sts):
+        pytest.skip("no such state for this mechanism")
+    q, qd, qdd = sts[i]
+    # move slightly off the manifold too: kernels must be exact everywhere, not only on Phi = 0
+    rng = np.random.default_rng(i)
+    return mech, q + 1e-3 * rng.normal(size=q.shape), qd, qdd, rng
+
+
+@pytest.mark.parametrize("name,i", CASES)
+def test_constraint_kernels(states, name, i):
+    mech, q, qd, qdd, rng = _case(states, name, i)
+    v = rng.normal(size=mech.n)
+    check_jacobian(lambda x: C.position_constraints(mech, x), q, C.constraint_jacobian(mech, q),
+                   name="Phi_q")
+    check_jacobian(lambda x: C.constraint_jacobian(mech, x), q, C.constraint_hessian(mech, q),
+                   name="Phi_qq")
+    check_jacobian(lambda x: C.velocity_constraints(mech, x, v), q, C.hessian_times(mech, q, v),
+                   name="d(Phi_q v)/dq")
+    check_jacobian(lambda x: C.velocity_constraints(mech, x, qd), q,
+                   C.constraint_jacobian_dot(mech, q, qd), name="dPhi_q/dt")
+    check_jacobian(lambda x: C.acceleration_bias(mech, x, qd), q,
+                   C.acceleration_bias_jacobian(mech, q, qd), name="(dPhi_q/dt qdot)_q")
+    check_jacobian(lambda x: C.acceleration_bias(mech, q, x), qd,
+                   2.0 * C.constraint_jacobian_dot(mech, q, qd), name="(dPhi_q/dt qdot)_qdot")
+    check_jacobian(lambda x: C.acceleration_constraints(mech, x, qd, qdd), q,
+                   C.acceleration_bias_jacobian(mech, q, qd) + C.hessian_times(mech, q, qdd),
+                   name="acceleration constraints _q")
+
+
+@pytest.mark.parametrize("name,i", CASES)
+@pytest.mark.parametrize("stabilized", [False, True])
+def test_dependent_dynamics_jacobians(states, name, i, stabilized):
+    mech, q, qd, _, rng = _case(states, name, i)
+    Q = rng.normal(size=mech.n)
+    bg = D.Baumgarte(zeta=1.0, omega=10.0) if stabilized else None
+    jac = D.forward_dynamics_jacobians(mech, q, qd, Q, baumgarte=bg)
+    np.testing.assert_allclose(jac.qdd, D.forward_dynamics(mech, q, qd, Q, baumgarte=bg),
+                               rtol=1e-10, atol=1e-10)
+    f = D.forward_dynamics
+    check_jacobian(lambda x: f(mech, x, qd, Q, baumgarte=bg), q, jac.d_q, name="dqdd/dq")
+    check_jacobian(lambda x: f(mech, q, x, Q, baumgarte=bg), qd, jac.d_qd, name="dqdd/dqd")
+    check_jacobian(lambda x: f(mech, q, qd, x, baumgarte=bg), Q, jac.d_Q, name="dqdd/dQ")
+
+
+@pytest.mark.parametrize("name,i", CASES)
+def test_independent_dynamics_jacobians(states, name, i):
+    """z'' from Eq. 15 (its own implementation through R and S) differentiated numerically
+    must match the analytic Jacobians."""
+    mech, q, qd, _, rng = _case(states, name, i)
+    idx = K.choose_independent_coordinates(mech, q)
+    Q = rng.normal(size=mech.n)
+    jac = D.independent_dynamics_jacobians(mech, q, qd, idx, Q)
+    f = D.independent_dynamics
+    np.testing.assert_allclose(jac.qdd, f(mech, q, qd, idx, Q), rtol=1e-9, atol=1e-9)
+    check_jacobian(lambda x: f(mech, x, qd, idx, Q), q, jac.d_q, name="dzdd/dq")
+    check_jacobian(lambda x: f(mech, q, x, idx, Q), qd, jac.d_qd, name="dzdd/dqd")
+    check_jacobian(lambda x: f(mech, q, qd, idx, x), Q, jac.d_Q, name="dzdd/dQ")
+
+
+def test_batched_kernels_match_single_state(states):
+    mech, sts = states["pick-and-place-robot"]
+    q = np.stack([s[0] for s in sts])
+    qd = np.stack([s[1] for s in sts])
+    for fn in (C.position_constraints, C.constraint_jacobian, C.constraint_hessian):
+        np.testing.assert_allclose(fn(mech, q), np.stack([fn(mech, x) for x in q]), atol=1e-12)
+    for fn in (C.hessian_times, C.acceleration_bias, C.acceleration_bias_jacobian):
+        np.testing.assert_allclose(fn(mech, q, qd), np.stack([fn(mech, a, b) for a, b in zip(q, qd)]),
+                                   atol=1e-12)
+    batch = D.forward_dynamics_jacobians(mech, q, qd)
+    for k in range(len(q)):
+        one = D.forward_dynamics_jacobians(mech, q[k], qd[k])
+        np.testing.assert_allclose(batch.d_q[k], one.d_q, atol=1e-9)
