@@ -178,3 +178,55 @@ def project_velocity(mech, q, qd) -> np.ndarray:
     """Minimum-norm correction of qdot onto Phi_q qdot = 0."""
     J = C.constraint_jacobian(mech, q)
     return qd - np.linalg.lstsq(J, J @ qd, rcond=None)[0]
+
+
+def point_coordinate_indices(mech, point: int) -> tuple:
+    """Indices of (x, y) of a non-fixed point in q."""
+    ix, iy = (int(i) for i in mech.point_coords[point])
+    if ix < 0:
+        raise SolverError(f"point {point} is fixed; it has no coordinates in q")
+    return ix, iy
+
+
+def inverse_kinematics_point_path(mech, point: int, xy, *, q_guess=None, xy_dot=None,
+                                  xy_ddot=None, tol: float = 1e-12):
+    """Configurations that move ``point`` along a path (inverse kinematics of a 2-DOF mechanism
+    whose end effector is a natural-coordinate point, e.g. the parallel robot's point 6).
+
+    Each sample solves the finite-displacement problem with the point's (x, y) imposed,
+    starting from the previous solution (continuation keeps the assembly branch).  When
+    ``xy_dot`` / ``xy_ddot`` are given, velocities and accelerations follow from the velocity
+    and acceleration problems (Eqs. 11-12) with the point's coordinates as independent ones.
+
+    Parameters
+    ----------
+    point : int
+        Point index.
+    xy : (T, 2) array
+        Desired positions [m].
+    Returns
+    -------
+    q : (T, n)  (and qd, qdd (T, n) when xy_dot and xy_ddot are given)
+    """
+    idx = point_coordinate_indices(mech, point)
+    xy = np.asarray(xy, float)
+    q = np.array(mech.q0 if q_guess is None else q_guess, float)
+    out = np.empty((xy.shape[0], mech.n))
+    for k in range(xy.shape[0]):
+        try:
+            q = solve_finite_displacement(mech, q, idx, xy[k], tol=tol)
+        except ConvergenceError as e:
+            raise ConvergenceError(f"inverse kinematics failed at sample {k} (point {point} at "
+                                   f"{xy[k].tolist()}): the path leaves the workspace or crosses "
+                                   f"a singularity", residual=e.residual,
+                                   iterations=e.iterations) from None
+        out[k] = q
+    if xy_dot is None:
+        return out
+    check_independent_coordinates(mech, idx, out[0])
+    qd = np.stack([solve_velocity(mech, out[k], idx, xy_dot[k]) for k in range(len(out))])
+    if xy_ddot is None:
+        return out, qd
+    qdd = np.stack([solve_acceleration(mech, out[k], qd[k], idx, xy_ddot[k])
+                    for k in range(len(out))])
+    return out, qd, qdd
