@@ -34,7 +34,9 @@ def gaussian_factor(keys, blocks, b):
     blocks : sequence of (r, d_i) arrays
     b : (r,) array
 
-    Returns a ``JacobianFactor`` for up to three keys, else an exact ``HessianFactor``.
+    Returns a ``JacobianFactor``; for more than three keys it is obtained from the exact
+    :func:`hessian_factor` by gtsam's (rank-revealing) Cholesky conversion, so the graph stays
+    all-Jacobian and can be eliminated by QR as well as by Cholesky.
     """
     keys = [int(k) for k in keys]
     b = np.asarray(b, float)
@@ -46,7 +48,7 @@ def gaussian_factor(keys, blocks, b):
     if len(keys) == 3:
         return gtsam.JacobianFactor(keys[0], blocks[0], keys[1], blocks[1], keys[2], blocks[2], b,
                                     unit_noise(r))
-    return hessian_factor(keys, blocks, b)
+    return gtsam.JacobianFactor(hessian_factor(keys, blocks, b))
 
 
 def hessian_factor(keys, blocks, b):
