@@ -1,14 +1,15 @@
-"""Forward-dynamics factor graphs (paper Sect. 5.1-5.2, Figs. 2-3).
+"""Forward-dynamics factor graphs (paper Sect. 5.1-5.2, Figs. 2-3) on per-step state vectors.
 
-Dependent coordinates (Fig. 2), per step k: variables q_k, v_k (= qdot_k), a_k (= qddot_k);
-factors f_pc^d(q_k), f_vc^d(q_k, v_k), f_dyn^d(q_k, v_k, a_k) (stacked into one vectorized
-family), integrators q <-> v and v <-> a between k and k+1, priors on q_0 and v_0.
+Dependent coordinates (Fig. 2), step vector x_k = [q_k; v_k; a_k] (v = qdot, a = qddot):
+f_pc^d, f_vc^d, f_dyn^d on step k; integrators q <-> v and v <-> a between k and k+1
+(trapezoidal by default, Euler selectable); priors on q_0 and v_0.
 
-Independent coordinates (Fig. 3), per step k: additionally z_k, zd_k, zdd_k; factors
-f_pc^i(q_k, z_k), f_vc^i(q_k, v_k, zd_k), f_ac^i(q_k, v_k, a_k, zdd_k), f_dyn^i(q_k, v_k,
-zdd_k), integrators z <-> zd <-> zdd, f_eq(q_k, q_{k+1}) for branch continuity, priors on z_0,
-zd_0 and an approximate q_0.  The rows ``q[idx] - z`` of f_pc^i, f_vc^i, f_ac^i are linear and
-are built natively; their nonlinear rows form the vectorized families.
+Independent coordinates (Fig. 3), x_k = [q_k; v_k; a_k; z_k; zd_k; zdd_k]: f_pc^i, f_vc^i,
+f_ac^i (nonlinear rows Phi, Phi_q v, dPhi_q/dt v + Phi_q a, and linear rows q[idx] - z, ...),
+f_dyn^i (zddot(q, v) - zdd), integrators z <-> zd <-> zdd, f_eq(q_k, q_{k+1}) for branch
+continuity, priors on z_0, zd_0 and an approximate q_0.  The dynamics of the independent
+formulation is Eq. (15), evaluated through the full q and qdot (see
+:func:`mbfg.model.dynamics.independent_dynamics`).
 """
 from __future__ import annotations
 
@@ -16,29 +17,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mbfg.factors.keys import a_key, q_key, v_key, z_key, zd_key, zdd_key
 from mbfg.graphs import linear_blocks as L
-from mbfg.graphs.terms import StackedTerm, dependent_dynamics_residual, independent_rows_residual
+from mbfg.graphs import terms as T
+from mbfg.graphs.layout import dependent_layout, independent_layout
 
 
 @dataclass(frozen=True)
 class ForwardSettings:
-    """Noise (standard deviations) and options of the forward-dynamics graphs.
+    """Time step, integrator and noise (standard deviations, in the units of each residual).
 
-    Defaults follow the paper's Table 2 in spirit (all physics factors equally tight), with the
-    constraint factors tighter so the trajectory stays on the constraint manifold.
+    The physics factors (integrators, dynamics) share one sigma; the constraint factors are
+    tighter so the trajectory stays on the constraint manifold (|Phi| at round-off level),
+    which is what a projection step does in a classical integrator.
     """
     dt: float = 1e-3
     integrator: str = "trapezoidal"     # or "euler"
     sigma_integrator: float = 1e-3
     sigma_dynamics: float = 1e-3
-    sigma_position: float = 1e-6
-    sigma_velocity: float = 1e-6
-    sigma_acceleration: float = 1e-6
-    sigma_prior_q0: float = 1e-8
-    sigma_prior_v0: float = 1e-8
-    sigma_prior_z: float = 1e-8
-    sigma_prior_q0_approx: float = 1.0
+    sigma_constraints: float = 1e-6
+    sigma_prior: float = 1e-8
+    sigma_prior_q_approx: float = 1.0
     sigma_equality: float = 10.0
     baumgarte: object = None
 
@@ -47,73 +45,104 @@ class ForwardSettings:
             raise ValueError(f"integrator must be 'trapezoidal' or 'euler', got {self.integrator!r}")
 
 
-def integrator_factors(x_keys, xd_keys, settings: ForwardSettings, d: int, k: int):
-    """Integrator between steps k and k+1 of a (x, xdot) pair of key functions."""
-    if settings.integrator == "trapezoidal":
-        return L.trapezoidal_blocks(x_keys(k), x_keys(k + 1), xd_keys(k), xd_keys(k + 1),
-                                    settings.dt, settings.sigma_integrator, d)
-    return L.euler_blocks(x_keys(k), x_keys(k + 1), xd_keys(k), settings.dt,
-                          settings.sigma_integrator, d)
+class ForwardProblem:
+    """Factor definitions of a forward-dynamics graph for any range of steps.
 
+    Parameters
+    ----------
+    mech : Mechanism
+    settings : ForwardSettings
+    coords : "dependent" or "independent"
+    indices : independent coordinates (required for "independent")
+    forces : None, (n,) or callable k -> (n,) applied generalized forces (gravity is implicit)
+    """
 
-def dependent_step_linear_factors(mech, k: int, settings: ForwardSettings):
-    """Native linear factors that link step k-1 to step k (none for k = 0)."""
-    if k == 0:
-        return []
-    n = mech.n
-    return [integrator_factors(q_key, v_key, settings, n, k - 1),
-            integrator_factors(v_key, a_key, settings, n, k - 1)]
+    def __init__(self, mech, settings: ForwardSettings, coords="dependent", indices=None,
+                 forces=None):
+        self.mech, self.settings, self.coords = mech, settings, coords
+        n = mech.n
+        if coords == "dependent":
+            self.indices = None
+            self.layout = dependent_layout(n)
+        elif coords == "independent":
+            self.indices = tuple(int(i) for i in indices)
+            self.layout = independent_layout(n, len(self.indices))
+        else:
+            raise ValueError(f"coords must be 'dependent' or 'independent', got {coords!r}")
+        self.forces = forces
 
+    # -- linear factors --------------------------------------------------------------
+    @property
+    def _link(self):
+        if self.__dict__.get("_link_cache") is None:
+            s = self.settings
+            if self.coords == "dependent":
+                link = L.StepLink(self.layout, s.dt, [("q", "v"), ("v", "a")],
+                                  s.sigma_integrator, scheme=s.integrator)
+            else:
+                link = L.StepLink(self.layout, s.dt, [("z", "zd"), ("zd", "zdd")],
+                                  s.sigma_integrator, scheme=s.integrator, equalities=["q"],
+                                  sigma_equality=s.sigma_equality)
+            self.__dict__["_link_cache"] = link
+        return self.__dict__["_link_cache"]
 
-def dependent_term(mech, steps, settings: ForwardSettings, forces=None) -> StackedTerm:
-    """Vectorized f_pc^d + f_vc^d + f_dyn^d for the given steps."""
-    steps = np.asarray(steps, int)
-    sig = np.concatenate([np.full(mech.m, settings.sigma_position),
-                          np.full(mech.m, settings.sigma_velocity),
-                          np.full(mech.n, settings.sigma_dynamics)])
-    keys = [[q_key(k) for k in steps], [v_key(k) for k in steps], [a_key(k) for k in steps]]
-    return StackedTerm(keys, dependent_dynamics_residual(mech, forces, settings.baumgarte), sig)
+    @property
+    def _selections(self):
+        if self.coords == "dependent":
+            return None
+        if self.__dict__.get("_sel_cache") is None:
+            self.__dict__["_sel_cache"] = L.Selections(
+                self.layout, [("q", "z"), ("v", "zd"), ("a", "zdd")], self.indices,
+                self.settings.sigma_constraints)
+        return self.__dict__["_sel_cache"]
 
+    def initial(self, k: int, q, v):
+        """Initial-condition priors at step k (k = 0, or the start of a segment)."""
+        s, lay = self.settings, self.layout
+        if self.coords == "dependent":
+            return [L.prior(lay, k, "q", q, s.sigma_prior), L.prior(lay, k, "v", v, s.sigma_prior)]
+        idx = list(self.indices)
+        return [L.prior(lay, k, "z", np.asarray(q)[idx], s.sigma_prior),
+                L.prior(lay, k, "zd", np.asarray(v)[idx], s.sigma_prior),
+                L.prior(lay, k, "q", q, s.sigma_prior_q_approx)]
 
-def dependent_initial_factors(mech, q0, v0, settings: ForwardSettings, k: int = 0):
-    """Priors on q_k and v_k (the initial state, k = 0 unless a later segment starts)."""
-    return [L.prior_blocks(q_key(k), q0, settings.sigma_prior_q0),
-            L.prior_blocks(v_key(k), v0, settings.sigma_prior_v0)]
+    def add_linear_factors(self, graph, steps):
+        """Append every linear factor of a contiguous range of steps (no initial priors)."""
+        steps = [int(k) for k in steps]
+        sel = self._selections
+        if sel is not None:
+            for k in steps:
+                sel.add(graph, k)
+        link = self._link
+        for k in steps[:-1]:
+            link.add(graph, k)
+        return graph
 
+    # -- nonlinear terms -------------------------------------------------------------
+    def term(self, steps):
+        s, mech = self.settings, self.mech
+        steps = np.asarray(steps, int)
+        forces = self.forces(steps) if callable(self.forces) else self.forces
+        fams = [(T.position_constraints_residual(mech), s.sigma_constraints),
+                (T.velocity_constraints_residual(mech), s.sigma_constraints)]
+        if self.coords == "dependent":
+            fams.append((T.dynamics_residual(mech, forces=forces, baumgarte=s.baumgarte),
+                         s.sigma_dynamics))
+        else:
+            fams.append((T.acceleration_constraints_residual(mech), s.sigma_constraints))
+            fams.append((T.dynamics_residual(mech, forces=forces, indices=self.indices,
+                                             accel_slot="zdd", baumgarte=s.baumgarte),
+                         s.sigma_dynamics))
+        return T.StackedTerm(self.layout, steps, fams)
 
-def independent_step_linear_factors(mech, k: int, indices, settings: ForwardSettings):
-    """Native linear factors of step k: selection rows of f_pc^i, f_vc^i, f_ac^i, and the
-    z integrators and f_eq linking step k-1 to k."""
-    n, d = mech.n, len(indices)
-    out = [L.selection_blocks(q_key(k), z_key(k), indices, n, settings.sigma_position),
-           L.selection_blocks(v_key(k), zd_key(k), indices, n, settings.sigma_velocity),
-           L.selection_blocks(a_key(k), zdd_key(k), indices, n, settings.sigma_acceleration)]
-    if k > 0:
-        out += [integrator_factors(z_key, zd_key, settings, d, k - 1),
-                integrator_factors(zd_key, zdd_key, settings, d, k - 1),
-                L.equality_blocks(q_key(k - 1), q_key(k), settings.sigma_equality, n)]
-    return out
-
-
-def independent_terms(mech, steps, indices, settings: ForwardSettings, forces=None):
-    """Vectorized nonlinear rows of f_pc^i, f_vc^i, f_ac^i (on q, v, a) and f_dyn^i (on q, v,
-    zdd) for the given steps."""
-    from mbfg.graphs.terms import independent_dynamics_residual
-    steps = np.asarray(steps, int)
-    m = mech.m
-    sig = np.concatenate([np.full(m, settings.sigma_position), np.full(m, settings.sigma_velocity),
-                          np.full(m, settings.sigma_acceleration)])
-    qk = [q_key(k) for k in steps]
-    vk = [v_key(k) for k in steps]
-    return [StackedTerm([qk, vk, [a_key(k) for k in steps]], independent_rows_residual(mech), sig),
-            StackedTerm([qk, vk, [zdd_key(k) for k in steps]],
-                        independent_dynamics_residual(mech, indices, forces, settings.baumgarte),
-                        np.full(len(indices), settings.sigma_dynamics))]
-
-
-def independent_initial_factors(mech, q0, v0, indices, settings: ForwardSettings, k: int = 0):
-    """Priors on z_k, zd_k (exact initial state) and an approximate q_k (branch choice)."""
-    idx = list(indices)
-    return [L.prior_blocks(z_key(k), np.asarray(q0)[idx], settings.sigma_prior_z),
-            L.prior_blocks(zd_key(k), np.asarray(v0)[idx], settings.sigma_prior_z),
-            L.prior_blocks(q_key(k), q0, settings.sigma_prior_q0_approx)]
+    def pack(self, q, v, a):
+        """Step vector (or vectors) from q, v, a."""
+        parts = dict(q=q, v=v, a=a)
+        if self.coords == "independent":
+            idx = list(self.indices)
+            parts.update(z=np.asarray(q)[..., idx], zd=np.asarray(v)[..., idx],
+                         zdd=np.asarray(a)[..., idx])
+        X = np.zeros(np.shape(q)[:-1] + (self.layout.dim,))
+        for name, val in parts.items():
+            X[..., self.layout.slice(name)] = val
+        return X

@@ -1,10 +1,13 @@
-"""Vectorized factor families for the batch drivers (:class:`mbfg.solvers.batch.BatchTerm`).
+"""Vectorized nonlinear factor families for the batch drivers and the fixed-lag smoother.
 
-Each term evaluates one family of nonlinear factors for many time steps with a single call of
-the vectorized model kernels and hands gtsam one native Gaussian factor per step (rows of the
-family stacked, whitened by their sigmas).  The per-step factors are mathematically the same as
-the CustomFactor ones in :mod:`mbfg.factors` (a test checks that both give the same linear
-system); only the evaluation is batched, which removes the per-call Python overhead.
+A :class:`StackedTerm` evaluates the nonlinear factors of many time steps with one call of the
+vectorized model kernels and hands gtsam one native unary Gaussian factor per step on the step
+vector ``x_k`` (:mod:`mbfg.graphs.layout`): the rows of all families of that step, whitened by
+their sigmas.  The factors are mathematically those of :mod:`mbfg.factors` (a test checks that
+both give the same linear system); only the evaluation is batched.
+
+Residual functions take a dict of slot arrays ``{"q": (T, n), "v": (T, n), ...}`` and return
+``e (T, r)`` and, when asked, ``{slot: d e / d slot (T, r, dim)}``.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import numpy as np
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
 from mbfg.solvers.batch import BatchTerm
-from mbfg.solvers.gaussian import gaussian_factor
+from mbfg.solvers.gaussian import unit_noise
 
 
 def read_vectors(values, keys) -> np.ndarray:
@@ -24,113 +27,121 @@ def read_vectors(values, keys) -> np.ndarray:
 
 
 class StackedTerm(BatchTerm):
-    """Generic stacked family: ``residual(arrays) -> (e (T, r), [J_i (T, r, d_i)])``.
+    """Nonlinear residual families of the steps ``steps``, one unary factor per step.
 
     Parameters
     ----------
-    keys : list of (T,) int arrays, one per variable slot (e.g. q_k, v_k, a_k keys)
-    residual : callable
-        Receives the list of (T, d_i) arrays read from the values, returns the unwhitened
-        error and its Jacobians w.r.t. each slot.
-    sigmas : (r,) array
-        Standard deviation of each error row.
+    layout : StepLayout
+    steps : sequence of int
+    residuals : sequence of (residual_function, sigmas) pairs; rows are stacked in this order.
     """
 
-    def __init__(self, keys, residual, sigmas):
-        self.keys = [np.asarray(k, dtype=np.int64) for k in keys]
-        self.residual = residual
-        self.inv_sigma = 1.0 / np.asarray(sigmas, float)
+    def __init__(self, layout, steps, residuals):
+        self.layout = layout
+        self.steps = np.asarray(steps, int)
+        self.keys = layout.keys(self.steps)
+        self.residuals = list(residuals)
+        self.inv_sigma = None  # row weights, known after the first evaluation
 
-    def _arrays(self, values):
-        return [read_vectors(values, k) for k in self.keys]
+    def _weights(self, es):
+        if self.inv_sigma is None:
+            self.inv_sigma = np.concatenate([
+                1.0 / np.broadcast_to(np.asarray(s, float), (e.shape[1],))
+                for (_, s), e in zip(self.residuals, es)])
+        return self.inv_sigma
+
+    def residual(self, X, jacobians=True):
+        parts = self.layout.unpack(X)
+        es, As = [], []
+        T = X.shape[0]
+        for f, _ in self.residuals:
+            e, J = f(parts, jacobians=jacobians)
+            es.append(e)
+            if jacobians:
+                A = np.zeros((T, e.shape[1], self.layout.dim))
+                for slot, Js in J.items():
+                    A[:, :, self.layout.slice(slot)] = Js
+                As.append(A)
+        self._weights(es)
+        e = np.concatenate(es, axis=1)
+        return e, (np.concatenate(As, axis=1) if jacobians else None)
 
     def error(self, values) -> float:
-        e, _ = self.residual(self._arrays(values), jacobians=False)
+        e, _ = self.residual(read_vectors(values, self.keys), jacobians=False)
         w = e * self.inv_sigma
         return 0.5 * float(np.sum(w * w))
 
     def linearize(self, values, out, absolute: bool = True) -> float:
-        X = self._arrays(values)
-        e, J = self.residual(X, jacobians=True)
+        X = read_vectors(values, self.keys)
+        e, A = self.residual(X, jacobians=True)
         w = self.inv_sigma
         b = -(e * w)
-        A = [Ji * w[None, :, None] for Ji in J]
+        A *= w[None, :, None]
         err = 0.5 * float(np.sum(b * b))
         if absolute:  # e + J (y - x) = J y - (J x - e)
-            b = b + sum(np.einsum("trd,td->tr", Ai, Xi) for Ai, Xi in zip(A, X))
-        keys = self.keys
-        nslot = len(keys)
-        for t in range(e.shape[0]):
-            out.push_back(gaussian_factor([keys[s][t] for s in range(nslot)],
-                                          [A[s][t] for s in range(nslot)], b[t]))
+            b += np.einsum("trd,td->tr", A, X)
+        model = unit_noise(b.shape[1])
+        for t, key in enumerate(self.keys):
+            out.add(key, A[t], b[t], model)
         return err
 
 
-def dependent_dynamics_residual(mech, forces=None, baumgarte=None):
-    """Rows [Phi(q); Phi_q qdot; qddot(q, qdot, Q) - a] on slots (q, v, a) (Eqs. 24-26)."""
-    n, m = mech.n, mech.m
+# ------------------------------------------------------------------ residual families
 
-    def residual(arrays, jacobians=True):
-        q, v, a = arrays
-        T = q.shape[0]
-        Q = forces  # None, (n,) or (T, n) aligned with the term's steps
-        phi = C.position_constraints(mech, q)
-        Jq = C.constraint_jacobian(mech, q)
-        vel = np.einsum("tkn,tn->tk", Jq, v)
-        if not jacobians:
-            qdd = D.forward_dynamics(mech, q, v, Q, baumgarte=baumgarte)
-            return np.concatenate([phi, vel, qdd - a], axis=1), None
-        dyn = D.forward_dynamics_jacobians(mech, q, v, Q, baumgarte=baumgarte)
+def position_constraints_residual(mech):
+    """f_pc (Eq. 24 / nonlinear rows of Eq. 30): Phi(q)."""
+    def f(p, jacobians=True):
+        q = p["q"]
+        e = C.position_constraints(mech, q)
+        return e, ({"q": C.constraint_jacobian(mech, q)} if jacobians else None)
+    return f
+
+
+def velocity_constraints_residual(mech):
+    """f_vc (Eq. 25 / nonlinear rows of Eq. 31): Phi_q(q) v."""
+    def f(p, jacobians=True):
+        q, v = p["q"], p["v"]
+        J = C.constraint_jacobian(mech, q)
+        e = np.einsum("tkn,tn->tk", J, v)
+        return e, ({"q": C.constraint_jacobian_dot(mech, q, v), "v": J} if jacobians else None)
+    return f
+
+
+def acceleration_constraints_residual(mech):
+    """f_ac (nonlinear rows of Eq. 32): dPhi_q/dt v + Phi_q a."""
+    def f(p, jacobians=True):
+        q, v, a = p["q"], p["v"], p["a"]
+        J = C.constraint_jacobian(mech, q)
         Jdot = C.constraint_jacobian_dot(mech, q, v)
-        e = np.concatenate([phi, vel, dyn.qdd - a], axis=1)
-        Aq = np.concatenate([Jq, Jdot, dyn.d_q], axis=1)
-        Av = np.concatenate([np.zeros((T, m, n)), Jq, dyn.d_qd], axis=1)
-        Aa = np.zeros((T, 2 * m + n, n))
-        Aa[:, 2 * m:, :] = -np.eye(n)
-        return e, [Aq, Av, Aa]
-
-    return residual
-
-
-def independent_rows_residual(mech):
-    """Nonlinear rows of f_pc^i, f_vc^i, f_ac^i (Eqs. 30-32): [Phi; Phi_q v; dPhi_q/dt v +
-    Phi_q a] on slots (q, v, a)."""
-    n, m = mech.n, mech.m
-
-    def residual(arrays, jacobians=True):
-        q, v, a = arrays
-        T = q.shape[0]
-        phi = C.position_constraints(mech, q)
-        Jq = C.constraint_jacobian(mech, q)
-        Jdot = C.constraint_jacobian_dot(mech, q, v)
-        vel = np.einsum("tkn,tn->tk", Jq, v)
-        acc = np.einsum("tkn,tn->tk", Jdot, v) + np.einsum("tkn,tn->tk", Jq, a)
-        e = np.concatenate([phi, vel, acc], axis=1)
+        e = np.einsum("tkn,tn->tk", Jdot, v) + np.einsum("tkn,tn->tk", J, a)
         if not jacobians:
             return e, None
-        zeros = np.zeros((T, m, n))
-        Aq = np.concatenate([Jq, Jdot, C.acceleration_bias_jacobian(mech, q, v)
-                             + C.hessian_times(mech, q, a)], axis=1)
-        Av = np.concatenate([zeros, Jq, 2.0 * Jdot], axis=1)
-        Aa = np.concatenate([zeros, zeros, Jq], axis=1)
-        return e, [Aq, Av, Aa]
-
-    return residual
+        return e, {"q": C.acceleration_bias_jacobian(mech, q, v) + C.hessian_times(mech, q, a),
+                   "v": 2.0 * Jdot, "a": J}
+    return f
 
 
-def independent_dynamics_residual(mech, indices, forces=None, baumgarte=None):
-    """f_dyn^i (Eq. 27, our variables): zddot(q, v, Q) - zdd on slots (q, v, zdd)."""
-    idx = np.asarray(indices, int)
-    d = idx.size
+def dynamics_residual(mech, *, forces=None, force_slot=None, accel_slot="a", indices=None,
+                      baumgarte=None):
+    """Dynamics factors: qddot(q, v, Q) - a (f_dyn^d Eq. 26, f_idyn^d Eq. 28), or with
+    ``indices`` zddot(q, v, Q) - zdd (f_dyn^i Eq. 27, f_idyn^i Eq. 29; ``accel_slot="zdd"``).
 
-    def residual(arrays, jacobians=True):
-        q, v, zdd = arrays
+    Q is ``forces`` (known: None, (n,) or (T, n)) or the variable slot ``force_slot``."""
+    idx = None if indices is None else np.asarray(indices, int)
+
+    def f(p, jacobians=True):
+        q, v, acc = p["q"], p["v"], p[accel_slot]
+        Q = p[force_slot] if force_slot else forces
         if not jacobians:
-            qdd = D.forward_dynamics(mech, q, v, forces, baumgarte=baumgarte)
-            return qdd[:, idx] - zdd, None
-        dyn = D.forward_dynamics_jacobians(mech, q, v, forces, baumgarte=baumgarte)
-        e = dyn.qdd[:, idx] - zdd
-        return e, [dyn.d_q[:, idx, :], dyn.d_qd[:, idx, :],
-                   np.broadcast_to(-np.eye(d), (q.shape[0], d, d))]
-
-    return residual
+            qdd = D.forward_dynamics(mech, q, v, Q, baumgarte=baumgarte)
+            return (qdd if idx is None else qdd[:, idx]) - acc, None
+        dyn = D.forward_dynamics_jacobians(mech, q, v, Q, baumgarte=baumgarte)
+        sel = (lambda M: M) if idx is None else (lambda M: M[:, idx])
+        e = sel(dyn.qdd) - acc
+        k = e.shape[1]
+        J = {"q": sel(dyn.d_q), "v": sel(dyn.d_qd),
+             accel_slot: np.broadcast_to(-np.eye(k), (q.shape[0], k, k))}
+        if force_slot:
+            J[force_slot] = sel(dyn.d_Q)
+        return e, J
+    return f
