@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import time
 
-import gtsam
 import numpy as np
 
 from mbfg.graphs.forward import ForwardProblem, ForwardSettings
-from mbfg.graphs.terms import read_vectors
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
@@ -32,32 +30,75 @@ def make_problem(mech, dt, coords, integrator, indices, q0, settings=None, force
 
 
 def _solve_segment(problem, steps, X_init, q_start, v_start, what):
-    lin = problem.add_linear_factors(gtsam.GaussianFactorGraph(), steps)
-    for f in problem.initial(steps[0], q_start, v_start):
-        lin.push_back(f)
     keys = problem.layout.keys(steps)
-    x = gtsam.VectorValues()
-    for key, xk in zip(keys, X_init):
-        x.insert(key, xk)
-    x, st = optimize(lin, [problem.term(steps)], x, keys, what=what)
-    return read_vectors(x, keys), st
+    return optimize(problem.terms(steps, q_start, v_start), X_init, keys, what=what)
 
 
 def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "dependent",
                    integrator: str = "trapezoidal", q0=None, qd0=None, indices=None,
-                   settings: ForwardSettings | None = None, chunk: int = 50,
-                   progress=None) -> TrajectoryResult:
+                   settings: ForwardSettings | None = None, init: str = "explicit",
+                   chunk: int = 50, progress=None) -> TrajectoryResult:
     """Forward dynamics of the whole horizon as one factor graph, solved in batch.
 
-    An initial estimate comes from solving the horizon in segments of ``chunk`` steps (each
-    starting from the previous segment's last state, with constant-acceleration extrapolation);
-    the whole-horizon graph is then solved from it.  Cost is linear in the number of steps.
+    The initial estimate comes from an explicit second-order propagation with the model's
+    accelerations (``init="explicit"``, cheap, drifts off the constraints but close enough for
+    Gauss-Newton), or from solving the horizon in segments of ``chunk`` steps, each starting
+    from the previous segment's last state (``init="segments"``, more robust for long or fast
+    runs).  The whole-horizon graph is then solved from it.  Cost is linear in the number of
+    steps.
     """
     t0 = time.perf_counter()
     q0, qd0 = _initial_state(mech, q0, qd0)
     problem = make_problem(mech, dt, coords, integrator, indices, q0, settings)
     lay = problem.layout
     N = int(round(t_end / dt))
+    if init == "explicit":
+        X = problem.pack(*explicit_guess(mech, q0, qd0, dt, N))
+        iterations = 0
+    else:
+        X, iterations = _segment_guess(problem, q0, qd0, dt, N, chunk, progress)
+    steps = np.arange(N + 1)
+    X, st = _solve_segment(problem, steps, X, q0, qd0, "batch forward dynamics")
+    stats = dict(solver="batch", segment_iterations=iterations, iterations=st.iterations,
+                 final_error=st.final_error, converged=st.converged,
+                 seconds=time.perf_counter() - t0, steps=N)
+    return trajectory_result(mech, problem, X, dt, stats)
+
+
+def explicit_guess(mech, q0, qd0, dt, N, coarse: int = 1):
+    """A cheap initial estimate for the batch solve: velocity-Verlet propagation with the
+    model's accelerations at ``coarse * dt``, cubic Hermite interpolation to the fine grid,
+    then vectorized projection onto Phi = 0 and Phi_q v = 0 and accelerations from the model
+    (all steps at once).  Returns q, v, a (N+1, n)."""
+    Nc = -(-N // coarse)
+    h = coarse * dt
+    qc = np.empty((Nc + 1, mech.n))
+    vc = np.empty_like(qc)
+    ac = np.empty_like(qc)
+    qc[0], vc[0] = q0, qd0
+    ac[0] = D.forward_dynamics(mech, q0, qd0)
+    for k in range(Nc):
+        qc[k + 1] = qc[k] + h * vc[k] + 0.5 * h * h * ac[k]
+        ac[k + 1] = D.forward_dynamics(mech, qc[k + 1], vc[k] + h * ac[k])
+        vc[k + 1] = vc[k] + 0.5 * h * (ac[k] + ac[k + 1])
+        if (k + 1) % 10 == 0:  # keep the coarse path near the constraint manifold
+            qc[k + 1] = K.project_positions_batch(mech, qc[k + 1][None])[0]
+            vc[k + 1] = K.project_velocities_batch(mech, qc[k + 1][None], vc[k + 1][None])[0]
+    # cubic Hermite interpolation of q (with v) and linear interpolation of v
+    t = np.arange(N + 1) * dt
+    i = np.minimum((t / h).astype(int), Nc - 1)
+    s = (t - i * h)[:, None] / h
+    h00, h10, h01, h11 = 2 * s**3 - 3 * s**2 + 1, s**3 - 2 * s**2 + s, -2 * s**3 + 3 * s**2, s**3 - s**2
+    q = h00 * qc[i] + h10 * h * vc[i] + h01 * qc[i + 1] + h11 * h * vc[i + 1]
+    v = (1 - s) * vc[i] + s * vc[i + 1]
+    q = K.project_positions_batch(mech, q)
+    v = K.project_velocities_batch(mech, q, v)
+    q[0], v[0] = q0, qd0
+    return q, v, D.forward_dynamics(mech, q, v)
+
+
+def _segment_guess(problem, q0, qd0, dt, N, chunk, progress):
+    mech, lay = problem.mech, problem.layout
     X = np.zeros((N + 1, lay.dim))
     X[0] = problem.pack(q0, qd0, D.forward_dynamics(mech, q0, qd0))
     iterations = 0
@@ -68,7 +109,8 @@ def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "depen
         p = lay.unpack(X[start])
         tau = (steps - start)[:, None] * dt
         guess = problem.pack(p["q"] + p["v"] * tau + 0.5 * p["a"] * tau**2,
-                             p["v"] + p["a"] * tau, np.broadcast_to(p["a"], tau.shape[:1] + p["a"].shape))
+                             p["v"] + p["a"] * tau,
+                             np.broadcast_to(p["a"], tau.shape[:1] + p["a"].shape))
         Xs, st = _solve_segment(problem, steps, guess, p["q"], p["v"],
                                 f"forward dynamics (steps {start}-{stop})")
         X[start + 1: stop + 1] = Xs[1:]
@@ -76,12 +118,7 @@ def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "depen
         start = stop
         if progress:
             progress(stop, N)
-    steps = np.arange(N + 1)
-    X, st = _solve_segment(problem, steps, X, q0, qd0, "batch forward dynamics")
-    stats = dict(solver="batch", segment_iterations=iterations, iterations=st.iterations,
-                 final_error=st.final_error, converged=st.converged,
-                 seconds=time.perf_counter() - t0, steps=N)
-    return trajectory_result(mech, problem, X, dt, stats)
+    return X, iterations
 
 
 def trajectory_result(mech, problem, X, dt, stats, forces=None) -> TrajectoryResult:

@@ -71,57 +71,36 @@ class ForwardProblem:
             raise ValueError(f"coords must be 'dependent' or 'independent', got {coords!r}")
         self.forces = forces
 
-    # -- linear factors --------------------------------------------------------------
-    @property
-    def _link(self):
-        if self.__dict__.get("_link_cache") is None:
-            s = self.settings
-            if self.coords == "dependent":
-                link = L.StepLink(self.layout, s.dt, [("q", "v"), ("v", "a")],
-                                  s.sigma_integrator, scheme=s.integrator)
-            else:
-                link = L.StepLink(self.layout, s.dt, [("z", "zd"), ("zd", "zdd")],
-                                  s.sigma_integrator, scheme=s.integrator, equalities=["q"],
-                                  sigma_equality=s.sigma_equality)
-            self.__dict__["_link_cache"] = link
-        return self.__dict__["_link_cache"]
-
-    @property
-    def _selections(self):
-        if self.coords == "dependent":
-            return None
-        if self.__dict__.get("_sel_cache") is None:
-            self.__dict__["_sel_cache"] = L.Selections(
-                self.layout, [("q", "z"), ("v", "zd"), ("a", "zdd")], self.indices,
-                self.settings.sigma_constraints)
-        return self.__dict__["_sel_cache"]
-
-    def initial(self, k: int, q, v):
-        """Initial-condition priors at step k (k = 0, or the start of a segment)."""
-        s, lay = self.settings, self.layout
-        if self.coords == "dependent":
-            return [L.prior(lay, k, "q", q, s.sigma_prior), L.prior(lay, k, "v", v, s.sigma_prior)]
-        idx = list(self.indices)
-        return [L.prior(lay, k, "z", np.asarray(q)[idx], s.sigma_prior),
-                L.prior(lay, k, "zd", np.asarray(v)[idx], s.sigma_prior),
-                L.prior(lay, k, "q", q, s.sigma_prior_q_approx)]
-
-    def add_linear_factors(self, graph, steps):
-        """Append every linear factor of a contiguous range of steps (no initial priors)."""
-        steps = [int(k) for k in steps]
-        sel = self._selections
-        if sel is not None:
-            for k in steps:
-                sel.add(graph, k)
-        link = self._link
-        for k in steps[:-1]:
-            link.add(graph, k)
-        return graph
-
-    # -- nonlinear terms -------------------------------------------------------------
-    def term(self, steps):
-        s, mech = self.settings, self.mech
+    def terms(self, steps, q_start, v_start):
+        """Every factor of a contiguous range of steps, as batch terms over the step array X
+        whose row i is step ``steps[i]``; initial priors hold step ``steps[0]`` at
+        (q_start, v_start)."""
+        s, mech, lay = self.settings, self.mech, self.layout
         steps = np.asarray(steps, int)
+        rows = np.arange(steps.size)
+        out = []
+        if self.coords == "dependent":
+            out += [L.prior(lay, 0, "q", q_start, s.sigma_prior),
+                    L.prior(lay, 0, "v", v_start, s.sigma_prior)]
+            if steps.size > 1:
+                out.append(L.step_links(lay, rows[:-1], s.dt, [("q", "v"), ("v", "a")],
+                                        s.sigma_integrator, scheme=s.integrator))
+        else:
+            idx = list(self.indices)
+            out += [L.prior(lay, 0, "z", np.asarray(q_start)[idx], s.sigma_prior),
+                    L.prior(lay, 0, "zd", np.asarray(v_start)[idx], s.sigma_prior),
+                    L.prior(lay, 0, "q", q_start, s.sigma_prior_q_approx),
+                    L.selections(lay, rows, [("q", "z"), ("v", "zd"), ("a", "zdd")], idx,
+                                 s.sigma_constraints)]
+            if steps.size > 1:
+                out.append(L.step_links(lay, rows[:-1], s.dt, [("z", "zd"), ("zd", "zdd")],
+                                        s.sigma_integrator, scheme=s.integrator,
+                                        equalities=["q"], sigma_equality=s.sigma_equality))
+        out.append(self.nonlinear_term(steps, rows))
+        return out
+
+    def nonlinear_term(self, steps, rows):
+        s, mech = self.settings, self.mech
         forces = self.forces(steps) if callable(self.forces) else self.forces
         fams = [(T.position_constraints_residual(mech), s.sigma_constraints),
                 (T.velocity_constraints_residual(mech), s.sigma_constraints)]
@@ -133,7 +112,7 @@ class ForwardProblem:
             fams.append((T.dynamics_residual(mech, forces=forces, indices=self.indices,
                                              accel_slot="zdd", baumgarte=s.baumgarte),
                          s.sigma_dynamics))
-        return T.StackedTerm(self.layout, steps, fams)
+        return T.StackedTerm(self.layout, rows, fams)
 
     def pack(self, q, v, a):
         """Step vector (or vectors) from q, v, a."""

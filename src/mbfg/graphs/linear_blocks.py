@@ -1,33 +1,82 @@
-"""Absolute-form Gaussian factors of the linear factors (Eqs. 21-23, f_eq, and the linear rows
-of Eqs. 30-32) on per-step state vectors (:mod:`mbfg.graphs.layout`).
+"""Linear factor families (Eqs. 21-23, f_eq, and the linear rows of Eqs. 30-32) on per-step
+state vectors (:mod:`mbfg.graphs.layout`), vectorized over steps.
 
-Each is ``0.5 ||W (A x - b)||^2`` on the step variables themselves (not on increments), built
-once and never relinearized.
+Each family has blocks that are the same for every step (computed once); per iteration only
+the residual ``A x - b`` is evaluated for all steps with one numpy call, and each step's factor
+is added natively with ``GaussianFactorGraph.add``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from mbfg.solvers.gaussian import gaussian_factor, unit_noise
+from mbfg.solvers.batch import BatchTerm
+from mbfg.solvers.gaussian import unit_noise
 
 
 def _weights(sigma, d):
     return 1.0 / np.broadcast_to(np.asarray(sigma, float), (d,))
 
 
-def prior(layout, k: int, slot: str, mean, sigma):
-    """f_prior (Eq. 21) on one slot of step k: e = x_slot - mean.  ``sigma`` scalar or per
-    component (``np.inf`` leaves a component unconstrained)."""
+class UnaryLinear(BatchTerm):
+    """``e_t = A x_{rows[t]} - b_t`` (A, b already whitened); b is (r,) or (T, r)."""
+
+    def __init__(self, rows, A, b):
+        self.rows = np.atleast_1d(np.asarray(rows, int))
+        self.A = np.ascontiguousarray(A, float)
+        self.b = np.asarray(b, float)
+        self.model = unit_noise(self.A.shape[0])
+
+    def residual(self, X):
+        return X[self.rows] @ self.A.T - self.b
+
+    def error(self, X) -> float:
+        e = self.residual(X)
+        return 0.5 * float(np.sum(e * e))
+
+    def linearize(self, X, keys, out) -> float:
+        e = self.residual(X)
+        A, model = self.A, self.model
+        for t, r in enumerate(self.rows):
+            out.add(keys[r], A, -e[t], model)
+        return 0.5 * float(np.sum(e * e))
+
+
+class BinaryLinear(BatchTerm):
+    """``e_t = A0 x_{rows0[t]} + A1 x_{rows1[t]}`` (whitened, zero right-hand side)."""
+
+    def __init__(self, rows0, rows1, A0, A1):
+        self.rows0 = np.asarray(rows0, int)
+        self.rows1 = np.asarray(rows1, int)
+        self.A0 = np.ascontiguousarray(A0, float)
+        self.A1 = np.ascontiguousarray(A1, float)
+        self.model = unit_noise(self.A0.shape[0])
+
+    def residual(self, X):
+        return X[self.rows0] @ self.A0.T + X[self.rows1] @ self.A1.T
+
+    def error(self, X) -> float:
+        e = self.residual(X)
+        return 0.5 * float(np.sum(e * e))
+
+    def linearize(self, X, keys, out) -> float:
+        e = self.residual(X)
+        A0, A1, model = self.A0, self.A1, self.model
+        for t, (r0, r1) in enumerate(zip(self.rows0, self.rows1)):
+            out.add(keys[r0], A0, keys[r1], A1, -e[t], model)
+        return 0.5 * float(np.sum(e * e))
+
+
+def prior(layout, row: int, slot: str, mean, sigma) -> UnaryLinear:
+    """f_prior (Eq. 21) on one slot of the step at ``row``: e = x_slot - mean.  ``sigma``
+    scalar or per component (``np.inf`` leaves a component unconstrained)."""
     mean = np.asarray(mean, float)
     w = _weights(sigma, mean.size)
-    return gaussian_factor([layout.key(k)], [w[:, None] * layout.selector(slot)], w * mean)
+    return UnaryLinear([row], w[:, None] * layout.selector(slot), w * mean)
 
 
-class StepLink:
-    """All linear factors between steps k and k+1 as one binary factor on (x_k, x_{k+1}).
-
-    The blocks are the same for every k, so they are computed once; :meth:`add` appends the
-    factor of step k to a ``GaussianFactorGraph`` natively.
+def step_links(layout, rows, dt: float, integrators, sigma_integrator, *, scheme="trapezoidal",
+               equalities=(), sigma_equality=1.0) -> BinaryLinear:
+    """All linear factors between consecutive steps ``rows[i]`` and ``rows[i] + 1``.
 
     integrators : sequence of (x_slot, xdot_slot) pairs
         f_ti (Eq. 23): x_{k+1} - x_k - dt/2 (xdot_k + xdot_{k+1}), or f_ei (Eq. 22):
@@ -35,24 +84,6 @@ class StepLink:
     equalities : sequence of slots
         f_eq: x_{k+1} - x_k (soft continuity), with ``sigma_equality``.
     """
-
-    def __init__(self, layout, dt: float, integrators, sigma_integrator, *,
-                 scheme="trapezoidal", equalities=(), sigma_equality=1.0):
-        self.layout = layout
-        self.A0, self.A1 = _link_blocks(layout, dt, integrators, sigma_integrator, scheme,
-                                        equalities, sigma_equality)
-        self.b = np.zeros(self.A0.shape[0])
-        self.model = unit_noise(self.A0.shape[0])
-
-    def add(self, graph, k: int):
-        graph.add(self.layout.key(k), self.A0, self.layout.key(k + 1), self.A1, self.b, self.model)
-
-    def factor(self, k: int):
-        return gaussian_factor([self.layout.key(k), self.layout.key(k + 1)], [self.A0, self.A1],
-                               self.b)
-
-
-def _link_blocks(layout, dt, integrators, sigma_integrator, scheme, equalities, sigma_equality):
     rows0, rows1, ws = [], [], []
     for xs, xds in integrators:
         S, Sd = layout.selector(xs), layout.selector(xds)
@@ -70,21 +101,13 @@ def _link_blocks(layout, dt, integrators, sigma_integrator, scheme, equalities, 
         rows0.append(-S)
         rows1.append(S)
         ws.append(_weights(sigma_equality, S.shape[0]))
-    w = np.concatenate(ws)
-    return w[:, None] * np.vstack(rows0), w[:, None] * np.vstack(rows1)
+    w = np.concatenate(ws)[:, None]
+    rows = np.asarray(rows, int)
+    return BinaryLinear(rows, rows + 1, w * np.vstack(rows0), w * np.vstack(rows1))
 
 
-class Selections:
-    """Linear rows x_slot[indices] - z_slot of Eqs. 30-32 for (x_slot, z_slot) pairs: a unary
-    factor on x_k with the same block for every k."""
-
-    def __init__(self, layout, pairs, indices, sigma):
-        idx = np.asarray(indices, int)
-        A = np.vstack([layout.selector(xs)[idx] - layout.selector(zs) for xs, zs in pairs])
-        self.layout = layout
-        self.A = _weights(sigma, A.shape[0])[:, None] * A
-        self.b = np.zeros(A.shape[0])
-        self.model = unit_noise(A.shape[0])
-
-    def add(self, graph, k: int):
-        graph.add(self.layout.key(k), self.A, self.b, self.model)
+def selections(layout, rows, pairs, indices, sigma) -> UnaryLinear:
+    """Linear rows x_slot[indices] - z_slot of Eqs. 30-32 for (x_slot, z_slot) pairs."""
+    idx = np.asarray(indices, int)
+    A = np.vstack([layout.selector(xs)[idx] - layout.selector(zs) for xs, zs in pairs])
+    return UnaryLinear(rows, _weights(sigma, A.shape[0])[:, None] * A, np.zeros(A.shape[0]))

@@ -27,19 +27,18 @@ def read_vectors(values, keys) -> np.ndarray:
 
 
 class StackedTerm(BatchTerm):
-    """Nonlinear residual families of the steps ``steps``, one unary factor per step.
+    """Nonlinear residual families of the steps at ``rows`` of X, one unary factor per step.
 
     Parameters
     ----------
     layout : StepLayout
-    steps : sequence of int
+    rows : sequence of int (indices into the step array X)
     residuals : sequence of (residual_function, sigmas) pairs; rows are stacked in this order.
     """
 
-    def __init__(self, layout, steps, residuals):
+    def __init__(self, layout, rows, residuals):
         self.layout = layout
-        self.steps = np.asarray(steps, int)
-        self.keys = layout.keys(self.steps)
+        self.rows = np.asarray(rows, int)
         self.residuals = list(residuals)
         self.inv_sigma = None  # row weights, known after the first evaluation
 
@@ -50,10 +49,11 @@ class StackedTerm(BatchTerm):
                 for (_, s), e in zip(self.residuals, es)])
         return self.inv_sigma
 
-    def residual(self, X, jacobians=True):
-        parts = self.layout.unpack(X)
+    def residual(self, Xs, jacobians=True):
+        """Stacked unwhitened residuals (T, r) and Jacobians (T, r, dim) of step vectors Xs."""
+        parts = self.layout.unpack(Xs)
         es, As = [], []
-        T = X.shape[0]
+        T = Xs.shape[0]
         for f, _ in self.residuals:
             e, J = f(parts, jacobians=jacobians)
             es.append(e)
@@ -66,24 +66,20 @@ class StackedTerm(BatchTerm):
         e = np.concatenate(es, axis=1)
         return e, (np.concatenate(As, axis=1) if jacobians else None)
 
-    def error(self, values) -> float:
-        e, _ = self.residual(read_vectors(values, self.keys), jacobians=False)
+    def error(self, X) -> float:
+        e, _ = self.residual(X[self.rows], jacobians=False)
         w = e * self.inv_sigma
         return 0.5 * float(np.sum(w * w))
 
-    def linearize(self, values, out, absolute: bool = True) -> float:
-        X = read_vectors(values, self.keys)
-        e, A = self.residual(X, jacobians=True)
+    def linearize(self, X, keys, out) -> float:
+        e, A = self.residual(X[self.rows], jacobians=True)
         w = self.inv_sigma
         b = -(e * w)
         A *= w[None, :, None]
-        err = 0.5 * float(np.sum(b * b))
-        if absolute:  # e + J (y - x) = J y - (J x - e)
-            b += np.einsum("trd,td->tr", A, X)
         model = unit_noise(b.shape[1])
-        for t, key in enumerate(self.keys):
-            out.add(key, A[t], b[t], model)
-        return err
+        for t, r in enumerate(self.rows):
+            out.add(keys[r], A[t], b[t], model)
+        return 0.5 * float(np.sum(b * b))
 
 
 # ------------------------------------------------------------------ residual families

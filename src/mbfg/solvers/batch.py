@@ -2,18 +2,20 @@
 
 gtsam's C++ optimizers copy the whole ``Values`` into every Python ``CustomFactor`` call,
 making each iteration O(factors x variables) (shared/notes/gtsam-python-facts.md, fact 1).
-This loop keeps the estimate in Python and hands gtsam only native Gaussian factors:
+This loop keeps the estimate as a numpy array ``X`` (one row per step vector, see
+:mod:`mbfg.graphs.layout`) and hands gtsam only native Gaussian factors:
 
-* linear factors (priors, integrators, equalities, marginals) are built **once**, in absolute
-  form ``||A x - b||`` (not in delta form), so they need no re-linearization at all;
-* every :class:`BatchTerm` linearizes a family of nonlinear factors for all time steps at once
-  with numpy, in absolute form too: ``e(x0) + J (x - x0) = J x - (J x0 - e(x0))``;
-* ``x = lin.optimize()`` (sparse multifrontal elimination in C++) is then directly the
-  Gauss-Newton iterate.  It is accepted if the total error decreases; otherwise
-  Levenberg-Marquardt damping ``lambda ||x - x0||^2`` is added and the step retried.
+* every :class:`BatchTerm` evaluates a family of factors (linear or nonlinear) for all its
+  steps at once with numpy and appends one native ``JacobianFactor`` per step, in gtsam's
+  usual delta form ``||A delta + e(X)||``;
+* ``delta = lin.optimize(EliminateQR)`` (sparse multifrontal QR in C++; QR rather than
+  Cholesky because the constraint factors are many orders tighter than the others);
+* the step is accepted if the total error decreases; otherwise Levenberg-Marquardt damping
+  ``lambda ||delta||^2`` is added and the step retried.
 
-Stopping: relative error decrease below ``relative_tolerance``, or a Gauss-Newton model that
-predicts no more than that decrease (or error below ``absolute_tolerance``).  Not converging within ``max_iterations`` raises
+Stopping: the error decrease of an accepted step, or the decrease the Gauss-Newton model
+predicts, falls below ``relative_tolerance`` times the error (or the error below
+``absolute_tolerance``).  Not converging within ``max_iterations`` raises
 :class:`~mbfg.errors.ConvergenceError` carrying the residual (unless ``raise_on_failure=False``).
 """
 from __future__ import annotations
@@ -29,17 +31,16 @@ from mbfg.solvers.gaussian import unit_noise
 
 
 class BatchTerm:
-    """A family of nonlinear factors evaluated for many time steps at once.
+    """A family of factors evaluated for many steps at once.
 
-    ``linearize(x, out, absolute=True)`` appends whitened Gaussian factors linearized at the
-    estimate ``x`` (a ``gtsam.VectorValues``) to ``out`` and returns the error there;
-    ``error(x)`` returns ``0.5 * sum ||whitened e||^2``.  With ``absolute=False`` the factors
-    are in gtsam's usual delta form (what ``NonlinearFactor.linearize`` returns)."""
+    ``X`` is the (N, dim) array of step vectors and ``keys`` their gtsam keys.
+    :meth:`linearize` appends whitened delta-form Gaussian factors at ``X`` to ``out`` and
+    returns the error there; :meth:`error` returns ``0.5 * sum ||whitened e||^2``."""
 
-    def linearize(self, x, out, absolute: bool = True) -> float:
+    def linearize(self, X, keys, out) -> float:
         raise NotImplementedError
 
-    def error(self, x) -> float:
+    def error(self, X) -> float:
         raise NotImplementedError
 
 
@@ -63,54 +64,46 @@ class SolverStats:
                 f"({self.seconds:.3f} s)")
 
 
-def total_error(linear: gtsam.GaussianFactorGraph, terms, x: gtsam.VectorValues) -> float:
-    """Error of the absolute-form linear factors plus the nonlinear terms at x."""
-    return float(linear.error(x)) + sum(t.error(x) for t in terms)
+def total_error(terms, X) -> float:
+    return float(sum(t.error(X) for t in terms))
 
 
-def damping_factors(x: gtsam.VectorValues, lam: float, keys) -> gtsam.GaussianFactorGraph:
-    """``lam * ||y - x||^2`` on every key (absolute form)."""
-    g = gtsam.GaussianFactorGraph()
-    s = np.sqrt(lam)
-    for key in keys:
-        xk = x.at(key)
-        d = xk.size
-        g.push_back(gtsam.JacobianFactor(key, s * np.eye(d), s * xk, unit_noise(d)))
-    return g
+def linearize(terms, X, keys) -> gtsam.GaussianFactorGraph:
+    """The whole linear system at X (delta form)."""
+    lin = gtsam.GaussianFactorGraph()
+    for t in terms:
+        t.linearize(X, keys, lin)
+    return lin
 
 
-def optimize(linear: gtsam.GaussianFactorGraph, terms, x: gtsam.VectorValues, keys, *,
-             max_iterations: int = 50, relative_tolerance: float = 1e-8,
+def read_delta(delta: gtsam.VectorValues, keys) -> np.ndarray:
+    return np.stack([delta.at(int(k)) for k in keys])
+
+
+def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: float = 1e-9,
              absolute_tolerance: float = 1e-24, initial_lambda: float = 1e-6,
-             raise_on_failure: bool = True, what: str = "batch optimization"):
-    """Minimize ``linear.error(x) + sum(term.error(x))`` starting at ``x``.
+             watchdog: int = 2, raise_on_failure: bool = True,
+             what: str = "batch optimization"):
+    """Minimize ``sum(term.error(X))`` over the step vectors ``X`` (N, dim) with keys ``keys``.
 
-    Parameters
-    ----------
-    linear : GaussianFactorGraph
-        Absolute-form linear factors (constant across iterations).
-    terms : sequence of BatchTerm
-    x : VectorValues
-        Initial estimate (one entry per variable key).
-    keys : sequence of int
-        All variable keys (used for damping).
-
-    Returns
-    -------
-    (x, stats) : optimized VectorValues and :class:`SolverStats`.
+    Returns ``(X, stats)``.  Undamped Gauss-Newton steps are tried first.  A step that raises
+    the error is still taken up to ``watchdog`` times in a row (tight constraint factors make
+    the first step from a rough initial estimate overshoot, and the next one lands near the
+    optimum); if that does not produce a new best error, the best point is restored and
+    Levenberg-Marquardt damping is used from there.
     """
     t0 = time.perf_counter()
-    terms = list(terms)
+    X = np.array(X, float)
     keys = [int(k) for k in keys]
-    err = total_error(linear, terms, x)
+    dim = X.shape[1]
+    err = total_error(terms, X)
     stats = SolverStats(initial_error=err)
     lam = 0.0
     converged = err <= absolute_tolerance
+    best_X, best_err = X, err
+    trial = 0  # consecutive undamped steps taken although they raised the error
     while not converged and stats.iterations < max_iterations:
-        base = gtsam.GaussianFactorGraph()
-        base.push_back(linear)
-        for t in terms:
-            t.linearize(x, base)
+        base = linearize(terms, X, keys)
         accepted = False
         while stats.iterations < max_iterations and lam <= 1e12:
             stats.iterations += 1
@@ -118,33 +111,48 @@ def optimize(linear: gtsam.GaussianFactorGraph, terms, x: gtsam.VectorValues, ke
             if lam > 0.0:
                 lin = gtsam.GaussianFactorGraph()
                 lin.push_back(base)
-                lin.push_back(damping_factors(x, lam, keys))
+                s = np.sqrt(lam) * np.eye(dim)
+                z, model = np.zeros(dim), unit_noise(dim)
+                for k in keys:
+                    lin.add(k, s, z, model)
             try:
-                y = lin.optimize(gtsam.EliminateQR)
-                predicted = float(base.error(y))
-                new_err = total_error(linear, terms, y)
+                delta = lin.optimize(gtsam.EliminateQR)
+                predicted = float(base.error(delta))
+                Y = X + read_delta(delta, keys)
+                new_err = total_error(terms, Y)
             except RuntimeError:  # indeterminant linear system: damp and retry
-                predicted, new_err = np.inf, np.inf
-            if lam == 0.0 and err - predicted <= relative_tolerance * err:
+                predicted = new_err = np.inf
+            if lam == 0.0 and trial == 0 and err - predicted <= relative_tolerance * err:
                 converged = True  # the Gauss-Newton model promises no further decrease
                 break
-            if np.isfinite(new_err) and new_err <= err:
-                decrease = err - new_err
-                x, err = y, new_err
+            if np.isfinite(new_err) and new_err <= best_err:
+                decrease = best_err - new_err
+                X, err = Y, new_err
+                best_X, best_err = X, err
                 stats.history.append(err)
                 lam = 0.0 if lam <= initial_lambda else lam / 10.0
-                converged = (err <= absolute_tolerance
-                             or decrease <= relative_tolerance * err)
+                trial = 0
+                converged = err <= absolute_tolerance or decrease <= relative_tolerance * err
                 accepted = True
                 break
+            if lam == 0.0 and trial < watchdog and np.isfinite(new_err):
+                X, err = Y, new_err  # watchdog step: take it, judge it by the next one
+                trial += 1
+                accepted = True
+                break
+            if trial:  # the watchdog steps did not pay off: back to the best point, damped
+                X, err, trial = best_X, best_err, 0
+                lam = initial_lambda
+                base = linearize(terms, X, keys)
+                continue
             lam = initial_lambda if lam == 0.0 else lam * 10.0
         if not accepted or converged:
             break
+    X, err = best_X, best_err
     stats.final_error = err
     stats.converged = bool(converged)
     stats.seconds = time.perf_counter() - t0
     if not converged and raise_on_failure:
         raise ConvergenceError(f"{what} did not converge", residual=err,
                                iterations=stats.iterations)
-    return x, stats
-
+    return X, stats
