@@ -21,13 +21,24 @@ def load_mechanism(path) -> Mechanism:
     Raises a subclass of :class:`mbfg.errors.MechanismError` naming the file, YAML path and
     line for any invalid input."""
     from mbfg.loader import load_spec
-    return build_mechanism(load_spec(path))
+    return _build(load_spec(path))
 
 
 def mechanism_from_yaml(text: str, source: str | None = None) -> Mechanism:
     """Build a mechanism from YAML text (``source`` is used in error messages)."""
     from mbfg.loader import parse_spec
-    return build_mechanism(parse_spec(text, source=source))
+    return _build(parse_spec(text, source=source))
+
+
+def _build(spec) -> Mechanism:
+    """Build and assemble; numerical breakdowns on absurd input become an AssemblyError."""
+    import numpy as np
+    try:
+        with np.errstate(all="ignore"):
+            return build_mechanism(spec)
+    except (np.linalg.LinAlgError, FloatingPointError, OverflowError, ZeroDivisionError) as e:
+        raise errors.AssemblyError(f"the initial configuration cannot be assembled: {e}",
+                                   file=spec.source) from None
 
 
 __all__ = ["load_mechanism", "mechanism_from_yaml", "Mechanism", "build_mechanism",

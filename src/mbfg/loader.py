@@ -1,0 +1,389 @@
+"""Read mechanism YAML files (the C++ reference library's format plus mbfg's extensions).
+
+The loader turns text into a validated :class:`~mbfg.model.spec.MechanismSpec` of plain floats
+and ints; :func:`mbfg.model.build_mechanism` then builds the numerical model.  Every problem is
+reported as a :class:`~mbfg.errors.MechanismError` subclass that names the file, the YAML path
+(``planar_bodies[2].mass``), the line and what was expected.  The full format is documented in
+``docs/yaml-reference.md``.
+
+Semantics (as the C++ library):
+
+* ``parameters`` are evaluated in file order; each may use the earlier ones.
+* ``points[i].x``/``.y`` may use the parameters and ``x<j>``/``y<j>`` of earlier points (j < i).
+* In a body, ``length: auto`` is the distance between its two points; ``length`` is only read
+  for 2-point bodies.  ``lengthIJ`` (1-based I < J) is the distance between the body's points
+  I and J; ``mass`` and ``length`` are available to ``I0`` and ``cog``.  Unknown body keys (e.g.
+  ``visual``) are ignored.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mbfg.errors import (ExpressionError, MechanismError, SchemaError, UndefinedVariableError,
+                         YamlSyntaxError)
+from mbfg.expressions import RESERVED_NAMES, parse
+from mbfg.model.spec import (BodySpec, FixedSliderSpec, MechanismSpec, MobileSliderSpec, PointSpec,
+                             RelativeAngleSpec)
+
+__all__ = ["load_spec", "parse_spec", "TOP_LEVEL_KEYS", "CONSTRAINT_TYPES", "RELATIVE_COORDINATE_TYPES"]
+
+TOP_LEVEL_KEYS = ("parameters", "points", "planar_bodies", "relative_coordinates", "constraints",
+                  "gravity")
+POINT_KEYS = ("x", "y", "fixed")
+CONSTRAINT_TYPES = ("fixed_slider", "mobile_slider")
+RELATIVE_COORDINATE_TYPES = ("RelativeAngleAbsoluteDOF",)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_POINT_VARIABLE = re.compile(r"[xy]\d+\Z")
+
+
+def _closest(word: str, options) -> str:
+    match = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.5)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _type_name(value) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"a boolean ({value})"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
+class _Reader:
+    """Walks the YAML document, remembering the line of every node for error messages."""
+
+    def __init__(self, text: str, source: str | None):
+        self.source = source
+        self.lines: dict[str, int] = {}
+        try:
+            loader = yaml.SafeLoader(text)
+            try:
+                node = loader.get_single_node()
+                self.data = loader.construct_document(node) if node is not None else None
+            finally:
+                loader.dispose()
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            line = mark.line + 1 if mark is not None else None
+            what = " ".join(str(x) for x in (e.context, e.problem) if x)
+            raise YamlSyntaxError(f"malformed YAML: {what}", file=source, line=line) from None
+        except yaml.YAMLError as e:
+            raise YamlSyntaxError(f"malformed YAML: {' '.join(str(e).split())}", file=source) from None
+        except (ValueError, TypeError, RecursionError) as e:  # e.g. unhashable keys, deep nesting
+            raise YamlSyntaxError(f"malformed YAML: {e}", file=source) from None
+        if node is not None:
+            self._record(node, "")
+
+    def _record(self, node, path: str, depth: int = 0):
+        if depth > 50:
+            return
+        self.lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                k = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                self._record(value, f"{path}.{k}" if path else str(k), depth + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, value in enumerate(node.value):
+                self._record(value, f"{path}[{i}]", depth + 1)
+
+    def line(self, path: str) -> int | None:
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = re.sub(r"(\.[^.\[]*|\[\d+\])\Z", "", path)
+        return None
+
+    def error(self, cls, message: str, path: str) -> MechanismError:
+        return cls(message, file=self.source, path=path or None, line=self.line(path))
+
+
+class _Loader:
+    def __init__(self, reader: _Reader):
+        self.r = reader
+
+    # -- small typed accessors -------------------------------------------------------------
+    def mapping(self, value, path: str, what: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.r.error(SchemaError, f"expected {what} (a mapping), got {_type_name(value)}", path)
+        for key in value:
+            if not isinstance(key, str):
+                raise self.r.error(SchemaError, f"expected text keys in {what}, got key {key!r}", path)
+        return value
+
+    def sequence(self, value, path: str, what: str) -> list:
+        if not isinstance(value, list):
+            raise self.r.error(SchemaError, f"expected {what} (a list), got {_type_name(value)}", path)
+        return value
+
+    def require(self, mapping: dict, key: str, path: str, what: str):
+        if key not in mapping:
+            raise self.r.error(SchemaError, f"missing required key {key!r} (expected {what})",
+                               f"{path}.{key}" if path else key)
+        return mapping[key]
+
+    def expression(self, value, path: str, env: dict, what: str) -> float:
+        """Evaluate a number or an expression string at YAML path ``path``."""
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise self.r.error(SchemaError, f"expected {what} (a number or an expression), got "
+                               f"{_type_name(value)}", path)
+        if not isinstance(value, str):
+            value = float(value)
+            if not math.isfinite(value):
+                raise self.r.error(SchemaError, f"expected {what} as a finite number, got {value}", path)
+            return value
+        try:
+            return parse(value)(env)
+        except ExpressionError as e:
+            raise self.r.error(type(e), e.reason, path) from None
+
+    def index(self, value, path: str, n_points: int, what: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.r.error(SchemaError, f"expected {what} (an integer point index 0..{n_points - 1}), "
+                               f"got {_type_name(value)}", path)
+        if not 0 <= value < n_points:
+            raise self.r.error(SchemaError, f"point index {value} out of range: the mechanism has "
+                               f"{n_points} points (valid indices 0..{n_points - 1})", path)
+        return value
+
+    def indices(self, value, path: str, n_points: int, count: int | None, what: str) -> tuple[int, ...]:
+        items = self.sequence(value, path, what)
+        if count is not None and len(items) != count:
+            raise self.r.error(SchemaError, f"expected {what}: exactly {count} point indices, got "
+                               f"{len(items)}", path)
+        idx = tuple(self.index(v, f"{path}[{i}]", n_points, "a point index") for i, v in enumerate(items))
+        if len(set(idx)) != len(idx):
+            rep = next(i for i in idx if idx.count(i) > 1)
+            raise self.r.error(SchemaError, f"point {rep} is repeated in {list(idx)}; expected "
+                               f"distinct points", path)
+        return idx
+
+    def pair(self, value, path: str, env: dict, what: str) -> tuple[float, float]:
+        items = self.sequence(value, path, what)
+        if len(items) != 2:
+            raise self.r.error(SchemaError, f"expected {what}: a list of 2 numbers, got {len(items)} items", path)
+        return tuple(self.expression(v, f"{path}[{i}]", env, "a number") for i, v in enumerate(items))
+
+    # -- sections ------------------------------------------------------------------------------
+    def load(self) -> MechanismSpec:
+        data = self.r.data
+        if data is None:
+            raise self.r.error(SchemaError, "the file is empty; expected a mapping with keys "
+                               "'points' and 'planar_bodies'", "")
+        doc = self.mapping(data, "", "a mechanism description")
+        for key in doc:
+            if key not in TOP_LEVEL_KEYS:
+                raise self.r.error(SchemaError, f"unknown top-level key {key!r}{_closest(key, TOP_LEVEL_KEYS)}; "
+                                   f"valid keys: {', '.join(TOP_LEVEL_KEYS)}", key)
+        env = self.parameters(doc.get("parameters"))
+        parameters = dict(env)
+        gravity = (0.0, -9.81)
+        if "gravity" in doc:
+            gravity = self.pair(doc["gravity"], "gravity", env, "gravity [gx, gy] in m/s^2")
+        points, env = self.points(self.require(doc, "points", "", "the list of points"), env)
+        bodies = self.bodies(self.require(doc, "planar_bodies", "", "the list of planar bodies"),
+                             points, env)
+        angles = self.relative_coordinates(doc.get("relative_coordinates"), points)
+        constraints = self.constraints(doc.get("constraints"), points, env)
+        return MechanismSpec(points=points, bodies=bodies, relative_angles=angles,
+                             constraints=constraints, gravity=gravity, parameters=parameters,
+                             source=self.r.source)
+
+    def parameters(self, value) -> dict:
+        env: dict[str, float] = {}
+        if value is None:
+            return env
+        params = self.mapping(value, "parameters", "parameters: name -> value")
+        for name, expr in params.items():
+            path = f"parameters.{name}"
+            if not _IDENTIFIER.match(name):
+                raise self.r.error(SchemaError, f"invalid parameter name {name!r}; expected a name "
+                                   "of letters, digits and '_' not starting with a digit", path)
+            if name in RESERVED_NAMES or _POINT_VARIABLE.match(name):
+                raise self.r.error(SchemaError, f"parameter name {name!r} is reserved (constants, "
+                                   "functions and point coordinates x<i>/y<i>); choose another name", path)
+            env[name] = self.expression(expr, path, env, "the parameter value")
+        return env
+
+    def points(self, value, env: dict):
+        items = self.sequence(value, "points", "the list of points")
+        if len(items) < 2:
+            raise self.r.error(SchemaError, f"expected at least 2 points, got {len(items)}", "points")
+        env = dict(env)
+        points = []
+        for i, item in enumerate(items):
+            path = f"points[{i}]"
+            pt = self.mapping(item, path, "a point {x, y, fixed}")
+            for key in pt:
+                if key not in POINT_KEYS:
+                    raise self.r.error(SchemaError, f"unknown point key {key!r}{_closest(key, POINT_KEYS)}; "
+                                       f"valid keys: x, y, fixed", f"{path}.{key}")
+            x = self.expression(self.require(pt, "x", path, "the x coordinate in m"), f"{path}.x", env,
+                                "the x coordinate in m")
+            y = self.expression(self.require(pt, "y", path, "the y coordinate in m"), f"{path}.y", env,
+                                "the y coordinate in m")
+            fixed = pt.get("fixed", False)
+            if not isinstance(fixed, bool):
+                raise self.r.error(SchemaError, f"expected true or false, got {_type_name(fixed)}",
+                                   f"{path}.fixed")
+            points.append(PointSpec(x, y, fixed))
+            env[f"x{i}"], env[f"y{i}"] = x, y
+        return tuple(points), env
+
+    def bodies(self, value, points, env: dict):
+        items = self.sequence(value, "planar_bodies", "the list of planar bodies")
+        if not items:
+            raise self.r.error(SchemaError, "expected at least one planar body", "planar_bodies")
+        bodies = []
+        for b, item in enumerate(items):
+            path = f"planar_bodies[{b}]"
+            body = self.mapping(item, path, "a planar body {points, length, mass, I0, cog}")
+            idx = self.indices(self.require(body, "points", path, "a list of 2 or more point indices"),
+                               f"{path}.points", len(points), None, "the body's point indices")
+            if len(idx) < 2:
+                raise self.r.error(SchemaError, f"a body needs at least 2 points, got {len(idx)}",
+                                   f"{path}.points")
+            benv = dict(env)
+            for I in range(len(idx)):
+                for J in range(I + 1, len(idx)):
+                    pi, pj = points[idx[I]], points[idx[J]]
+                    benv[f"length{I + 1}{J + 1}"] = math.hypot(pi.x - pj.x, pi.y - pj.y)
+            auto = benv["length12"]
+            if len(idx) == 2:
+                lenv = dict(benv, auto=auto)
+                length = self.expression(self.require(body, "length", path, "the bar length in m or 'auto'"),
+                                         f"{path}.length", lenv, "the bar length in m")
+                if not length > 0:
+                    raise self.r.error(SchemaError, f"expected a positive length in m, got {length:g}",
+                                       f"{path}.length")
+            else:  # length is ignored for 3+ point bodies (C++ semantics)
+                length = auto
+                if length <= 0:
+                    raise self.r.error(SchemaError, f"points {idx[0]} and {idx[1]} coincide: the body "
+                                       "frame needs distinct first two points", f"{path}.points")
+            benv["length"] = length
+            mass = self.expression(self.require(body, "mass", path, "the mass in kg"), f"{path}.mass",
+                                   benv, "the mass in kg")
+            if not mass > 0:
+                raise self.r.error(SchemaError, f"expected a positive mass in kg, got {mass:g}", f"{path}.mass")
+            benv["mass"] = mass
+            I0 = self.expression(self.require(body, "I0", path, "the moment of inertia about the "
+                                              "body's first point in kg m^2"), f"{path}.I0", benv,
+                                 "the moment of inertia in kg m^2")
+            cog = self.pair(self.require(body, "cog", path, "the centre of mass [x, y] in the body frame"),
+                            f"{path}.cog", benv, "the centre of mass [x, y] in m")
+            # The body's mass matrix is [[m I, m C], [m C^T, I0 I]] with C^T C = |cog|^2 I (in
+            # point-0 / direction coordinates), so it is PSD iff I0 >= m |cog|^2 (I_G >= 0).
+            i_g = I0 - mass * (cog[0] ** 2 + cog[1] ** 2)
+            if i_g < -1e-12 * max(abs(I0), 1.0):
+                raise self.r.error(
+                    SchemaError, f"inertia I0 = {I0:g} kg m^2 about point {idx[0]} is smaller than "
+                    f"mass*|cog|^2 = {I0 - i_g:g}: the moment of inertia about the centre of mass would "
+                    f"be negative and the body mass matrix not positive semi-definite; expected "
+                    f"I0 >= mass*|cog|^2", f"{path}.I0")
+            bodies.append(BodySpec(points=idx, mass=mass, I0=I0, cog=cog, length=length))
+        return tuple(bodies)
+
+    def relative_coordinates(self, value, points):
+        if value is None:
+            return ()
+        items = self.sequence(value, "relative_coordinates", "the list of relative coordinates")
+        out = []
+        for k, item in enumerate(items):
+            path = f"relative_coordinates[{k}]"
+            rc = self.mapping(item, path, "a relative coordinate {type, points}")
+            kind = self.require(rc, "type", path, f"one of {', '.join(RELATIVE_COORDINATE_TYPES)}")
+            if kind not in RELATIVE_COORDINATE_TYPES:
+                raise self.r.error(SchemaError, f"unknown relative coordinate type {kind!r}"
+                                   f"{_closest(kind, RELATIVE_COORDINATE_TYPES)}; expected one of "
+                                   f"{', '.join(RELATIVE_COORDINATE_TYPES)}", f"{path}.type")
+            idx = self.indices(self.require(rc, "points", path, "two point indices [p0, p1]"),
+                               f"{path}.points", len(points), 2, "two point indices [p0, p1]")
+            a, b = points[idx[0]], points[idx[1]]
+            if a.x == b.x and a.y == b.y:
+                raise self.r.error(SchemaError, f"points {idx[0]} and {idx[1]} coincide, so their "
+                                   "angle is undefined; expected distinct positions", f"{path}.points")
+            out.append(RelativeAngleSpec(points=idx))
+        return tuple(out)
+
+    def constraints(self, value, points, env: dict):
+        if value is None:
+            return ()
+        items = self.sequence(value, "constraints", "the list of constraints")
+        out = []
+        for k, item in enumerate(items):
+            path = f"constraints[{k}]"
+            con = self.mapping(item, path, "a constraint {type, ...}")
+            kind = self.require(con, "type", path, f"one of {', '.join(CONSTRAINT_TYPES)}")
+            if kind not in CONSTRAINT_TYPES:
+                raise self.r.error(SchemaError, f"unknown constraint type {kind!r}{_closest(kind, CONSTRAINT_TYPES)}; "
+                                   f"expected one of {', '.join(CONSTRAINT_TYPES)}", f"{path}.type")
+            p = self.index(self.require(con, "point", path, "the index of the sliding point"),
+                           f"{path}.point", len(points), "the sliding point")
+            if kind == "fixed_slider":
+                allowed = ("type", "point", "line")
+                line = self.sequence(self.require(con, "line", path, "[[xa, ya], [xb, yb]]"),
+                                     f"{path}.line", "the line [[xa, ya], [xb, yb]]")
+                if len(line) != 2:
+                    raise self.r.error(SchemaError, f"expected two points [[xa, ya], [xb, yb]], got "
+                                       f"{len(line)} items", f"{path}.line")
+                a = self.pair(line[0], f"{path}.line[0]", env, "[xa, ya]")
+                b = self.pair(line[1], f"{path}.line[1]", env, "[xb, yb]")
+                if math.hypot(b[0] - a[0], b[1] - a[1]) <= 1e-12 * (1 + max(map(abs, a + b))):
+                    raise self.r.error(SchemaError, "the two line points coincide; expected two "
+                                       "distinct points defining the line", f"{path}.line")
+                spec = FixedSliderSpec(point=p, line=(a, b))
+            else:
+                allowed = ("type", "point", "line_points")
+                j, kk = self.indices(self.require(con, "line_points", path, "two point indices [j, k]"),
+                                     f"{path}.line_points", len(points), 2, "two point indices [j, k]")
+                if p in (j, kk):
+                    raise self.r.error(SchemaError, f"the sliding point {p} is one of the line points "
+                                       f"{[j, kk]}; expected three distinct points", f"{path}.point")
+                if points[j].x == points[kk].x and points[j].y == points[kk].y:
+                    raise self.r.error(SchemaError, f"line points {j} and {kk} coincide; expected "
+                                       "distinct positions", f"{path}.line_points")
+                spec = MobileSliderSpec(point=p, line_points=(j, kk))
+            for key in con:
+                if key not in allowed:
+                    raise self.r.error(SchemaError, f"unknown key {key!r} for a {kind}"
+                                       f"{_closest(key, allowed)}; valid keys: {', '.join(allowed)}",
+                                       f"{path}.{key}")
+            if points[p].fixed and (kind == "fixed_slider" or all(points[i].fixed for i in spec.line_points)):
+                raise self.r.error(SchemaError, f"point {p} is fixed, so the slider constrains "
+                                   "nothing; expected a moving point", f"{path}.point")
+            out.append(spec)
+        return tuple(out)
+
+
+def parse_spec(text: str, source: str | None = None) -> MechanismSpec:
+    """Parse mechanism YAML ``text`` into a validated spec (``source`` names it in errors)."""
+    if not isinstance(text, str):
+        raise SchemaError(f"expected YAML text, got {type(text).__name__}", file=source)
+    return _Loader(_Reader(text, source)).load()
+
+
+def load_spec(path: str | os.PathLike) -> MechanismSpec:
+    """Read and validate the mechanism YAML file ``path``."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SchemaError("file not found; expected a mechanism YAML file", file=str(path)) from None
+    except IsADirectoryError:
+        raise SchemaError("is a directory; expected a mechanism YAML file", file=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise YamlSyntaxError(f"not UTF-8 text ({e.reason} at byte {e.start})", file=str(path)) from None
+    except OSError as e:
+        raise SchemaError(f"cannot read the file: {e.strerror}", file=str(path)) from None
+    return parse_spec(text, source=str(path))
