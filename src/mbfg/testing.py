@@ -101,6 +101,9 @@ def random_assembled_state(mech, rng, *, spread: float = 0.5, angle: float | Non
     if q is None:
         raise RuntimeError("could not assemble a random state")
     idx = K.choose_independent_coordinates(mech, q)
-    qd = K.solve_velocity(mech, q, idx, speed * rng.normal(size=len(idx)))
+    # a random direction of the tangent space, scaled to |qd| = speed * sqrt(n): velocities of
+    # the independent coordinates alone can blow up where those coordinates are ill-suited
+    qd = K.solve_velocity(mech, q, idx, rng.normal(size=len(idx)))
+    qd *= speed * np.sqrt(mech.n) / max(np.linalg.norm(qd), 1e-300)
     qdd = K.solve_acceleration(mech, q, qd, idx, rng.normal(size=len(idx)))
     return q, qd, qdd

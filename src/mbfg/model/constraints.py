@@ -150,3 +150,55 @@ def acceleration_bias_jacobian(mech, q, qd):
 def acceleration_constraints(mech, q, qd, qdd):
     """dPhi_q/dt qdot + Phi_q qddot (the acceleration-level constraint, Eq. 32a top)."""
     return acceleration_bias(mech, q, qd) + velocity_constraints(mech, q, qdd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Redundant constraints: a per-state choice of independent rows
+# ---------------------------------------------------------------------------------------------
+
+ROW_SWITCH_RATIO = 0.1
+"""The default rows (``mech.independent_rows``, chosen at q0) are kept while the smallest
+singular value of their Jacobian is at least this fraction of the r-th singular value of the
+full Phi_q; otherwise the rows are re-chosen by pivoted QR at that state."""
+
+
+def independent_rows(mech, q, J=None) -> np.ndarray:
+    """Indices of r independent rows of Phi_q at each state, shape ``q.shape[:-1] + (r,)``.
+
+    For mechanisms without redundant constraints this is every row.  With redundant
+    constraints (e.g. the pick-and-place robot, Phi_q 21x22 of rank 20), which rows are
+    redundant depends on the configuration: a subset independent at q0 can become singular
+    elsewhere.  The q0 subset is used where it is well conditioned and re-chosen by QR with
+    column pivoting of Phi_q^T where it is not.  On the constraint manifold every choice gives
+    the same accelerations and velocities; the choice only matters for conditioning.
+    """
+    import scipy.linalg
+
+    q = np.asarray(q, float)
+    lead = q.shape[:-1]
+    rows0 = np.asarray(mech.independent_rows)
+    r = rows0.size
+    out = np.broadcast_to(rows0, lead + (r,)).copy()
+    if r == mech.m:
+        return out
+    J = constraint_jacobian(mech, q) if J is None else J
+    Jf = J.reshape((-1,) + J.shape[-2:])
+    s_full = np.linalg.svd(Jf, compute_uv=False)[:, r - 1]
+    s_sub = np.linalg.svd(Jf[:, rows0, :], compute_uv=False)[:, -1]
+    flat = out.reshape(-1, r)
+    for k in np.flatnonzero(s_sub < ROW_SWITCH_RATIO * s_full):
+        _, _, piv = scipy.linalg.qr(Jf[k].T, mode="economic", pivoting=True)
+        flat[k] = np.sort(piv[:r])
+    return flat.reshape(lead + (r,))
+
+
+def take_rows(a, rows, trailing: int = 0):
+    """Select constraint rows ``rows`` (..., r) from ``a`` of shape (..., m, *trailing dims)."""
+    a = np.asarray(a)
+    if rows.shape[-1] == a.shape[-1 - trailing]:  # every row (rows are sorted)
+        return a
+    idx = rows.reshape(rows.shape + (1,) * trailing)
+    shape = np.broadcast_shapes(a.shape[:-1 - trailing], rows.shape[:-1])
+    a = np.broadcast_to(a, shape + a.shape[-1 - trailing:])
+    idx = np.broadcast_to(idx, shape + idx.shape[-1 - trailing:])
+    return np.take_along_axis(a, idx, axis=-1 - trailing)

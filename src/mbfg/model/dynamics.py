@@ -5,7 +5,7 @@ user loads) of shape (..., n); gravity (:meth:`Mechanism.gravity_forces`) is alw
 internally.  ``Q=None`` means no applied force.
 
 Dependent coordinates.  With Phi_q' the linearly independent constraint rows
-(``mech.independent_rows``; redundant rows are implied by the others and would make the
+(:func:`mbfg.model.constraints.independent_rows`, chosen per state; redundant rows are implied by the others and would make the
 multipliers non-unique), the accelerations solve the augmented (KKT) system of Eq. (5)
 
     [ M     Phi_q'^T ] [ qddot  ]   [ Q_g + Q ]
@@ -70,15 +70,17 @@ def _kkt(mech, J):
     return K
 
 
-def _rhs_c(mech, q, qd, baumgarte):
-    rows = mech.independent_rows
-    c = -C.acceleration_bias(mech, q, qd)[..., rows]
-    J = C.constraint_jacobian(mech, q)[..., rows, :]
+def _rhs_c(mech, q, qd, baumgarte, rows=None):
+    """Independent rows (per state), their Jacobian and the acceleration right-hand side c."""
+    Jall = C.constraint_jacobian(mech, q)
+    rows = C.independent_rows(mech, q, Jall) if rows is None else rows
+    J = C.take_rows(Jall, rows, 1)
+    c = -C.take_rows(C.acceleration_bias(mech, q, qd), rows)
     if baumgarte is not None:
         z, w = baumgarte.zeta, baumgarte.omega
         c = (c - 2.0 * z * w * np.einsum("...kn,...n->...k", J, qd)
-             - w * w * C.position_constraints(mech, q)[..., rows])
-    return J, c
+             - w * w * C.take_rows(C.position_constraints(mech, q), rows))
+    return rows, J, c
 
 
 def forward_dynamics(mech, q, qd, Q=None, *, baumgarte: Baumgarte | None = None,
@@ -103,15 +105,20 @@ def forward_dynamics(mech, q, qd, Q=None, *, baumgarte: Baumgarte | None = None,
     q = np.asarray(q, float)
     qd = np.asarray(qd, float)
     lead = q.shape[:-1]
-    J, c = _rhs_c(mech, q, qd, baumgarte)
+    rows, J, c = _rhs_c(mech, q, qd, baumgarte)
     rhs = np.concatenate([_applied(mech, Q, lead), c], axis=-1)
     sol = np.linalg.solve(_kkt(mech, J), rhs[..., None])[..., 0]
     qdd = sol[..., :mech.n]
     if not return_multipliers:
         return qdd
-    lam = np.zeros(lead + (mech.m,))
-    lam[..., mech.independent_rows] = sol[..., mech.n:]
-    return qdd, lam
+    return qdd, _scatter_multipliers(mech, rows, sol[..., mech.n:])
+
+
+def _scatter_multipliers(mech, rows, lam_r):
+    """Multipliers of all m rows (zero on the redundant ones)."""
+    lam = np.zeros(lam_r.shape[:-1] + (mech.m,))
+    np.put_along_axis(lam, np.broadcast_to(rows, lam_r.shape), lam_r, axis=-1)
+    return lam
 
 
 def forward_dynamics_jacobians(mech, q, qd, Q=None, *,
@@ -123,20 +130,19 @@ def forward_dynamics_jacobians(mech, q, qd, Q=None, *,
     qd = np.asarray(qd, float)
     n = mech.n
     lead = q.shape[:-1]
-    rows = mech.independent_rows
-    J, c = _rhs_c(mech, q, qd, baumgarte)
-    mr = rows.size
+    rows, J, c = _rhs_c(mech, q, qd, baumgarte)
+    mr = rows.shape[-1]
     K = _kkt(mech, J)
     rhs = np.concatenate([_applied(mech, Q, lead), c], axis=-1)
     sol = np.linalg.solve(K, rhs[..., None])[..., 0]
     qdd, lam_r = sol[..., :n], sol[..., n:]
 
     # derivative right-hand sides, each (..., n + mr, n)
-    Jdot = C.constraint_jacobian_dot(mech, q, qd)[..., rows, :]
-    H = C.constraint_hessian(mech, q)[..., rows, :, :]
+    Jdot = C.take_rows(C.constraint_jacobian_dot(mech, q, qd), rows, 1)
+    H = C.take_rows(C.constraint_hessian(mech, q), rows, 2)
     Rq = np.zeros(lead + (n + mr, n))
     Rq[..., :n, :] = -np.einsum("...k,...kij->...ij", lam_r, H)
-    Rq[..., n:, :] = (-C.acceleration_bias_jacobian(mech, q, qd)[..., rows, :]
+    Rq[..., n:, :] = (-C.take_rows(C.acceleration_bias_jacobian(mech, q, qd), rows, 1)
                       - np.einsum("...kij,...j->...ki", H, qdd))
     Rqd = np.zeros(lead + (n + mr, n))
     Rqd[..., n:, :] = -2.0 * Jdot
@@ -147,8 +153,7 @@ def forward_dynamics_jacobians(mech, q, qd, Q=None, *,
     RQ = np.zeros(lead + (n + mr, n))
     RQ[..., :n, :] = np.eye(n)
     X = np.linalg.solve(K, np.concatenate([Rq, Rqd, RQ], axis=-1))
-    lam = np.zeros(lead + (mech.m,))
-    lam[..., rows] = lam_r
+    lam = _scatter_multipliers(mech, rows, lam_r)
     return DynamicsJacobians(qdd=qdd, lam=lam, d_q=X[..., :n, :n], d_qd=X[..., :n, n:2 * n],
                              d_Q=X[..., :n, 2 * n:])
 
@@ -159,9 +164,9 @@ def independent_dynamics(mech, q, qd, indices, Q=None) -> np.ndarray:
     ``indices`` are the independent coordinates (z = q[indices])."""
     q = np.asarray(q, float)
     qd = np.asarray(qd, float)
-    R, S = velocity_transform(mech, q, indices)
+    rows, _, c = _rhs_c(mech, q, qd, None)
+    R, S = velocity_transform(mech, q, indices, rows)
     M = mech.mass_matrix()
-    _, c = _rhs_c(mech, q, qd, None)
     Qt = _applied(mech, Q, q.shape[:-1])
     Rt = np.swapaxes(R, -1, -2)
     Mbar = Rt @ M @ R

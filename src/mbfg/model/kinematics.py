@@ -95,8 +95,11 @@ def choose_independent_coordinates(mech, q=None, prefer=None) -> tuple:
     tuple of coordinate indices.
     """
     q = mech.q0 if q is None else np.asarray(q, float)
-    J = C.constraint_jacobian(mech, q)
-    rank = numerical_rank(J)
+    # the independent rows at q: off the constraint manifold the full Phi_q of a mechanism
+    # with redundant constraints gains rank, but the mechanism's DOF does not change
+    Jall = C.constraint_jacobian(mech, q)
+    J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1)
+    rank = J.shape[0]
     dof = mech.n - rank
     order = list(prefer or []) + list(mech.angle_coords) + list(range(mech.n))
     chosen = []
@@ -130,7 +133,7 @@ def check_independent_coordinates(mech, indices, q=None):
     if len(idx) != mech.dof or len(set(idx)) != len(idx) or any(not 0 <= i < mech.n for i in idx):
         raise SolverError(f"independent coordinates must be {mech.dof} distinct indices in "
                           f"0..{mech.n - 1}; got {list(idx)}")
-    K = np.vstack([C.constraint_jacobian(mech, q)[mech.independent_rows],
+    K = np.vstack([C.take_rows(C.constraint_jacobian(mech, q), C.independent_rows(mech, q), 1),
                    selection_matrix(mech.n, idx)])
     if numerical_rank(K) < mech.n:
         names = [mech.coordinate_names[i] for i in idx]
@@ -139,12 +142,15 @@ def check_independent_coordinates(mech, indices, q=None):
     return idx
 
 
-def velocity_transform(mech, q, indices):
+def velocity_transform(mech, q, indices, rows=None):
     """R (n, d) and S (n, m') of Eq. (11): [Phi_q'; B]^-1 = [S R], where Phi_q' keeps the
-    independent constraint rows (``mech.independent_rows``).
+    independent constraint rows ``rows`` (default :func:`~mbfg.model.constraints.independent_rows`).
 
-    qdot = S b + R zdot (Eq. 11);  qddot = S c + R zddot (Eq. 12)."""
-    J = C.constraint_jacobian(mech, q)[..., mech.independent_rows, :]
+    qdot = S b + R zdot (Eq. 11);  qddot = S c + R zddot (Eq. 12), with b and c taken on the
+    same rows."""
+    Jall = C.constraint_jacobian(mech, q)
+    rows = C.independent_rows(mech, q, Jall) if rows is None else rows
+    J = C.take_rows(Jall, rows, 1)
     B = np.broadcast_to(selection_matrix(mech.n, indices), J.shape[:-2] + (len(indices), mech.n))
     Kinv = np.linalg.inv(np.concatenate([J, B], axis=-2))
     mr = J.shape[-2]
@@ -163,15 +169,17 @@ def solve_velocity(mech, q, indices, zd) -> np.ndarray:
     return R @ np.asarray(zd, float)
 
 
-def acceleration_rhs(mech, q, qd) -> np.ndarray:
+def acceleration_rhs(mech, q, qd, rows=None) -> np.ndarray:
     """c = -dPhi_q/dt qdot on the independent rows (Eq. 3, time-independent constraints)."""
-    return -C.acceleration_bias(mech, q, qd)[..., mech.independent_rows]
+    rows = C.independent_rows(mech, q) if rows is None else rows
+    return -C.take_rows(C.acceleration_bias(mech, q, qd), rows)
 
 
 def solve_acceleration(mech, q, qd, indices, zdd) -> np.ndarray:
     """Acceleration problem: qddot = S c + R zddot (Eq. 12)."""
-    R, S = velocity_transform(mech, q, indices)
-    return S @ acceleration_rhs(mech, q, qd) + R @ np.asarray(zdd, float)
+    rows = C.independent_rows(mech, q)
+    R, S = velocity_transform(mech, q, indices, rows)
+    return S @ acceleration_rhs(mech, q, qd, rows) + R @ np.asarray(zdd, float)
 
 
 def project_velocity(mech, q, qd) -> np.ndarray:
@@ -230,3 +238,26 @@ def inverse_kinematics_point_path(mech, point: int, xy, *, q_guess=None, xy_dot=
     qdd = np.stack([solve_acceleration(mech, out[k], qd[k], idx, xy_ddot[k])
                     for k in range(len(out))])
     return out, qd, qdd
+
+
+def project_positions_batch(mech, q, iterations: int = 3) -> np.ndarray:
+    """Vectorized minimum-norm Newton projection of many configurations (T, n) onto Phi = 0,
+    using the independent constraint rows (a few iterations; no convergence check: for
+    initial guesses)."""
+    q = np.array(q, float)
+    for _ in range(iterations):
+        Jall = C.constraint_jacobian(mech, q)
+        rows = C.independent_rows(mech, q, Jall)
+        J = C.take_rows(Jall, rows, 1)
+        phi = C.take_rows(C.position_constraints(mech, q), rows)
+        y = np.linalg.solve(J @ np.swapaxes(J, 1, 2), phi[..., None])
+        q -= (np.swapaxes(J, 1, 2) @ y)[..., 0]
+    return q
+
+
+def project_velocities_batch(mech, q, v) -> np.ndarray:
+    """Vectorized minimum-norm projection of velocities (T, n) onto Phi_q v = 0."""
+    Jall = C.constraint_jacobian(mech, q)
+    J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1)
+    y = np.linalg.solve(J @ np.swapaxes(J, 1, 2), (J @ np.asarray(v, float)[..., None]))
+    return v - (np.swapaxes(J, 1, 2) @ y)[..., 0]
