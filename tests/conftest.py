@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import functools
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from mbfg.testing import random_assembled_state
 
 import matplotlib
 
@@ -27,6 +30,25 @@ def load(name: str):
     """Load (once per session) a bundled mechanism by file stem."""
     import mbfg
     return mbfg.load_mechanism(MECHANISMS / f"{name}.yaml")
+
+
+@functools.lru_cache(maxsize=None)
+def fd_states(name):
+    """(mech, [(q, qd, qdd), ...]): six seeded random assembled states of a bundled mechanism;
+    with a relative angle, four of them have |sin(theta)| near 0.707 and near 1 (where the C++
+    library switched equations)."""
+    mech = load(name)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))  # hash() is salted per run
+    out = [random_assembled_state(mech, rng) for _ in range(2)]
+    if not mech.angle_coords.size:
+        out += [random_assembled_state(mech, rng) for _ in range(4)]
+    else:
+        theta0 = mech.q0[mech.angle_coords[0]]
+        for target in (np.pi / 4, np.pi / 2 - 1e-3):
+            # move the first angle toward the target in its own quadrant/sense of motion
+            out.append(random_assembled_state(mech, rng, angle=theta0 + 0.5 * (target - theta0)))
+            out.append(random_assembled_state(mech, rng, angle=target))
+    return mech, out
 
 
 @pytest.fixture

@@ -3,28 +3,11 @@ on several mechanisms and random assembled states, through the one shared helper
 import numpy as np
 import pytest
 
-from conftest import FD_MECHANISMS, load
+from conftest import FD_MECHANISMS, fd_states
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
-from mbfg.testing import check_jacobian, random_assembled_state
-
-
-def _states(name):
-    """Seeded random assembled states; for mechanisms with a relative angle also states with
-    |sin(theta)| = 0.707 and |sin(theta)| close to 1 (where the C++ library switched equations)."""
-    mech = load(name)
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
-    out = [random_assembled_state(mech, rng) for _ in range(2)]
-    if not mech.angle_coords.size:
-        out += [random_assembled_state(mech, rng) for _ in range(4)]
-    else:
-        theta0 = mech.q0[mech.angle_coords[0]]
-        for target in (np.pi / 4, np.pi / 2 - 1e-3):
-            # move the first angle toward the target in its own quadrant/sense of motion
-            out.append(random_assembled_state(mech, rng, angle=theta0 + 0.5 * (target - theta0)))
-            out.append(random_assembled_state(mech, rng, angle=target))
-    return mech, out
+from mbfg.testing import check_jacobian
 
 
 CASES = [(name, i) for name in FD_MECHANISMS for i in range(6)]
@@ -32,7 +15,7 @@ CASES = [(name, i) for name in FD_MECHANISMS for i in range(6)]
 
 @pytest.fixture(scope="module")
 def states():
-    return {name: _states(name) for name in FD_MECHANISMS}
+    return {name: fd_states(name) for name in FD_MECHANISMS}
 
 
 def _case(states, name, i):

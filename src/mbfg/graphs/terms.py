@@ -14,8 +14,6 @@ from __future__ import annotations
 import gtsam
 import numpy as np
 
-from mbfg.model import constraints as C
-from mbfg.model import dynamics as D
 from mbfg.solvers.batch import BatchTerm
 from mbfg.solvers.gaussian import unit_noise
 
@@ -82,62 +80,7 @@ class StackedTerm(BatchTerm):
         return 0.5 * float(np.sum(b * b))
 
 
-# ------------------------------------------------------------------ residual families
-
-def position_constraints_residual(mech):
-    """f_pc (Eq. 24 / nonlinear rows of Eq. 30): Phi(q)."""
-    def f(p, jacobians=True):
-        q = p["q"]
-        e = C.position_constraints(mech, q)
-        return e, ({"q": C.constraint_jacobian(mech, q)} if jacobians else None)
-    return f
-
-
-def velocity_constraints_residual(mech):
-    """f_vc (Eq. 25 / nonlinear rows of Eq. 31): Phi_q(q) v."""
-    def f(p, jacobians=True):
-        q, v = p["q"], p["v"]
-        J = C.constraint_jacobian(mech, q)
-        e = np.einsum("tkn,tn->tk", J, v)
-        return e, ({"q": C.constraint_jacobian_dot(mech, q, v), "v": J} if jacobians else None)
-    return f
-
-
-def acceleration_constraints_residual(mech):
-    """f_ac (nonlinear rows of Eq. 32): dPhi_q/dt v + Phi_q a."""
-    def f(p, jacobians=True):
-        q, v, a = p["q"], p["v"], p["a"]
-        J = C.constraint_jacobian(mech, q)
-        Jdot = C.constraint_jacobian_dot(mech, q, v)
-        e = np.einsum("tkn,tn->tk", Jdot, v) + np.einsum("tkn,tn->tk", J, a)
-        if not jacobians:
-            return e, None
-        return e, {"q": C.acceleration_bias_jacobian(mech, q, v) + C.hessian_times(mech, q, a),
-                   "v": 2.0 * Jdot, "a": J}
-    return f
-
-
-def dynamics_residual(mech, *, forces=None, force_slot=None, accel_slot="a", indices=None,
-                      baumgarte=None):
-    """Dynamics factors: qddot(q, v, Q) - a (f_dyn^d Eq. 26, f_idyn^d Eq. 28), or with
-    ``indices`` zddot(q, v, Q) - zdd (f_dyn^i Eq. 27, f_idyn^i Eq. 29; ``accel_slot="zdd"``).
-
-    Q is ``forces`` (known: None, (n,) or (T, n)) or the variable slot ``force_slot``."""
-    idx = None if indices is None else np.asarray(indices, int)
-
-    def f(p, jacobians=True):
-        q, v, acc = p["q"], p["v"], p[accel_slot]
-        Q = p[force_slot] if force_slot else forces
-        if not jacobians:
-            qdd = D.forward_dynamics(mech, q, v, Q, baumgarte=baumgarte)
-            return (qdd if idx is None else qdd[:, idx]) - acc, None
-        dyn = D.forward_dynamics_jacobians(mech, q, v, Q, baumgarte=baumgarte)
-        sel = (lambda M: M) if idx is None else (lambda M: M[:, idx])
-        e = sel(dyn.qdd) - acc
-        k = e.shape[1]
-        J = {"q": sel(dyn.d_q), "v": sel(dyn.d_qd),
-             accel_slot: np.broadcast_to(-np.eye(k), (q.shape[0], k, k))}
-        if force_slot:
-            J[force_slot] = sel(dyn.d_Q)
-        return e, J
-    return f
+# The residual families are shared with the per-step gtsam factors.
+from mbfg.factors.residuals import (acceleration_constraints_residual,  # noqa: E402,F401
+                                    dynamics_residual, position_constraints_residual,
+                                    velocity_constraints_residual)

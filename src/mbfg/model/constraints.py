@@ -163,7 +163,8 @@ full Phi_q; otherwise the rows are re-chosen by pivoted QR at that state."""
 
 
 def independent_rows(mech, q, J=None) -> np.ndarray:
-    """Indices of r independent rows of Phi_q at each state, shape ``q.shape[:-1] + (r,)``.
+    """Indices of r independent rows of Phi_q: (r,) when one set serves every state of ``q``
+    (the usual case), else per state, shape ``q.shape[:-1] + (r,)``.
 
     For mechanisms without redundant constraints this is every row.  With redundant
     constraints (e.g. the pick-and-place robot, Phi_q 21x22 of rank 20), which rows are
@@ -174,22 +175,23 @@ def independent_rows(mech, q, J=None) -> np.ndarray:
     """
     import scipy.linalg
 
-    q = np.asarray(q, float)
-    lead = q.shape[:-1]
     rows0 = np.asarray(mech.independent_rows)
     r = rows0.size
-    out = np.broadcast_to(rows0, lead + (r,)).copy()
     if r == mech.m:
-        return out
+        return rows0
+    q = np.asarray(q, float)
     J = constraint_jacobian(mech, q) if J is None else J
     Jf = J.reshape((-1,) + J.shape[-2:])
     s_full = np.linalg.svd(Jf, compute_uv=False)[:, r - 1]
     s_sub = np.linalg.svd(Jf[:, rows0, :], compute_uv=False)[:, -1]
-    flat = out.reshape(-1, r)
-    for k in np.flatnonzero(s_sub < ROW_SWITCH_RATIO * s_full):
+    bad = np.flatnonzero(s_sub < ROW_SWITCH_RATIO * s_full)
+    if bad.size == 0:
+        return rows0
+    flat = np.broadcast_to(rows0, (Jf.shape[0], r)).copy()
+    for k in bad:
         _, _, piv = scipy.linalg.qr(Jf[k].T, mode="economic", pivoting=True)
         flat[k] = np.sort(piv[:r])
-    return flat.reshape(lead + (r,))
+    return flat.reshape(q.shape[:-1] + (r,))
 
 
 def take_rows(a, rows, trailing: int = 0):
@@ -197,6 +199,8 @@ def take_rows(a, rows, trailing: int = 0):
     a = np.asarray(a)
     if rows.shape[-1] == a.shape[-1 - trailing]:  # every row (rows are sorted)
         return a
+    if rows.ndim == 1:  # the same rows for every state
+        return np.take(a, rows, axis=-1 - trailing)
     idx = rows.reshape(rows.shape + (1,) * trailing)
     shape = np.broadcast_shapes(a.shape[:-1 - trailing], rows.shape[:-1])
     a = np.broadcast_to(a, shape + a.shape[-1 - trailing:])

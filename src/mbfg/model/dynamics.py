@@ -58,7 +58,7 @@ def _applied(mech, Q, lead):
     Qg = mech.gravity_forces()
     if Q is None:
         return np.broadcast_to(Qg, lead + (mech.n,))
-    return Qg + np.asarray(Q, float)
+    return np.broadcast_to(Qg + np.asarray(Q, float), lead + (mech.n,))
 
 
 def _kkt(mech, J):

@@ -1,0 +1,31 @@
+"""GTSAM factors of the multibody graphs (paper Sect. 6).
+
+* :mod:`~mbfg.factors.keys`: key helpers and symbol characters;
+* :mod:`~mbfg.factors.linear`: native linear factors (prior, Euler/trapezoidal integrators,
+  equality);
+* :mod:`~mbfg.factors.multibody`: constraint and dynamics CustomFactors with exact Jacobians;
+* :mod:`~mbfg.factors.residuals`: their numpy residual functions, shared with the batch drivers;
+* :mod:`~mbfg.factors.adapter`: the checked CustomFactor adapter;
+* :mod:`~mbfg.factors.checking`: finite-difference verification of any gtsam factor.
+"""
+from mbfg.factors import keys
+from mbfg.factors.adapter import FactorSpec, MultibodyFactor, custom_factor, noise_model
+from mbfg.factors.linear import (equality_factor, euler_integrator_factor, linear_factor,
+                                 prior_factor, trapezoidal_integrator_factor)
+from mbfg.factors.multibody import (acceleration_constraint_factor, forward_dynamics_factor,
+                                    independent_acceleration_factor,
+                                    independent_forward_dynamics_factor,
+                                    independent_inverse_dynamics_factor,
+                                    independent_position_factor, independent_velocity_factor,
+                                    inverse_dynamics_factor, position_constraint_factor,
+                                    unactuated_force_prior, velocity_constraint_factor)
+
+__all__ = [
+    "keys", "FactorSpec", "MultibodyFactor", "custom_factor", "noise_model",
+    "equality_factor", "euler_integrator_factor", "linear_factor", "prior_factor",
+    "trapezoidal_integrator_factor", "acceleration_constraint_factor", "forward_dynamics_factor",
+    "independent_acceleration_factor", "independent_forward_dynamics_factor",
+    "independent_inverse_dynamics_factor", "independent_position_factor",
+    "independent_velocity_factor", "inverse_dynamics_factor", "position_constraint_factor",
+    "unactuated_force_prior", "velocity_constraint_factor",
+]

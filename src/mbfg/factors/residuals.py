@@ -1,0 +1,141 @@
+"""Residual functions of the multibody factors, vectorized over time steps.
+
+One implementation serves both the per-step gtsam factors (:mod:`mbfg.factors.multibody`,
+called with T = 1) and the batch drivers' stacked terms (:mod:`mbfg.graphs.terms`, all steps
+at once), so the two cannot drift apart.
+
+Each ``*_residual(mech, ...)`` returns a function ``f(p, jacobians=True)`` where ``p`` maps slot
+names (``q v a Q z zd zdd``, see :mod:`mbfg.factors.keys`) to arrays (T, dim).  It returns
+``e`` (T, r) and, when ``jacobians``, a dict ``{slot: de/dslot (T, r, dim)}`` with an entry for
+every slot it reads (exact, analytic).  ``f.slots`` lists those slots in factor-key order.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mbfg.model import constraints as C
+from mbfg.model import dynamics as D
+
+
+def _slots(*names):
+    def deco(f):
+        f.slots = tuple(names)
+        return f
+    return deco
+
+
+def _selection(n, idx):
+    S = np.zeros((len(idx), n))
+    S[np.arange(len(idx)), idx] = 1.0
+    return S
+
+
+def position_constraints_residual(mech):
+    """f_pc^d (Eq. 24): e = Phi(q), de/dq = Phi_q (m rows)."""
+    @_slots("q")
+    def f(p, jacobians=True):
+        q = p["q"]
+        e = C.position_constraints(mech, q)
+        return e, ({"q": C.constraint_jacobian(mech, q)} if jacobians else None)
+    return f
+
+
+def velocity_constraints_residual(mech):
+    """f_vc^d (Eq. 25): e = Phi_q(q) v; de/dq = (Phi_q v)_q = dPhi_q/dt, de/dv = Phi_q."""
+    @_slots("q", "v")
+    def f(p, jacobians=True):
+        q, v = p["q"], p["v"]
+        J = C.constraint_jacobian(mech, q)
+        e = np.einsum("tkn,tn->tk", J, v)
+        return e, ({"q": C.constraint_jacobian_dot(mech, q, v), "v": J} if jacobians else None)
+    return f
+
+
+def acceleration_constraints_residual(mech):
+    """f_ac^d: e = dPhi_q/dt v + Phi_q a (the nonlinear rows of Eq. 32)."""
+    @_slots("q", "v", "a")
+    def f(p, jacobians=True):
+        q, v, a = p["q"], p["v"], p["a"]
+        J = C.constraint_jacobian(mech, q)
+        Jdot = C.constraint_jacobian_dot(mech, q, v)
+        e = np.einsum("tkn,tn->tk", Jdot, v) + np.einsum("tkn,tn->tk", J, a)
+        if not jacobians:
+            return e, None
+        return e, {"q": C.acceleration_bias_jacobian(mech, q, v) + C.hessian_times(mech, q, a),
+                   "v": 2.0 * Jdot, "a": J}
+    return f
+
+
+def dynamics_residual(mech, *, forces=None, force_slot=None, accel_slot="a", indices=None,
+                      baumgarte=None):
+    """Dynamics factors.
+
+    * f_dyn^d (Eq. 26): e = qddot(q, v, Q) - a, Q known (``forces``);
+    * f_idyn^d (Eq. 28): the same with Q the variable slot ``force_slot``;
+    * with ``indices`` (and ``accel_slot="zdd"``): f_dyn^i (Eq. 27) / f_idyn^i (Eq. 29),
+      e = zddot(q, v, Q) - zdd, zddot = qddot[indices] (Eq. 15 equals Eq. 6 restricted to
+      the independent coordinates).
+
+    qddot is Eq. (5)-(6) with gravity always included; ``forces`` is None, (n,) or (T, n).
+    Jacobians with respect to every variable (q, v, acceleration and Q) are exact (implicit
+    differentiation of the KKT system, :func:`mbfg.model.dynamics.forward_dynamics_jacobians`).
+    """
+    idx = None if indices is None else np.asarray(indices, int)
+    sel = (lambda M: M) if idx is None else (lambda M: M[:, idx])
+
+    @_slots(*(("q", "v", accel_slot) + ((force_slot,) if force_slot else ())))
+    def f(p, jacobians=True):
+        q, v, acc = p["q"], p["v"], p[accel_slot]
+        Q = p[force_slot] if force_slot else forces
+        if not jacobians:
+            return sel(D.forward_dynamics(mech, q, v, Q, baumgarte=baumgarte)) - acc, None
+        dyn = D.forward_dynamics_jacobians(mech, q, v, Q, baumgarte=baumgarte)
+        e = sel(dyn.qdd) - acc
+        k = e.shape[1]
+        J = {"q": sel(dyn.d_q), "v": sel(dyn.d_qd),
+             accel_slot: np.broadcast_to(-np.eye(k), (q.shape[0], k, k))}
+        if force_slot:
+            J[force_slot] = sel(dyn.d_Q)
+        return e, J
+    return f
+
+
+def _with_selection(mech, base, dep_slot, ind_slot, indices):
+    """[base rows; x_dep[indices] - x_ind] (Eqs. 30-32: nonlinear rows plus linear ones)."""
+    idx = np.asarray(indices, int)
+    d = idx.size
+    S = _selection(mech.n, idx)
+
+    @_slots(*(base.slots + (ind_slot,)))
+    def f(p, jacobians=True):
+        e0, J0 = base(p, jacobians)
+        T = e0.shape[0]
+        e = np.concatenate([e0, p[dep_slot][:, idx] - p[ind_slot]], axis=1)
+        if not jacobians:
+            return e, None
+        J = {}
+        for slot in base.slots:
+            lower = np.broadcast_to(S if slot == dep_slot else np.zeros((d, mech.n)), (T, d, mech.n))
+            J[slot] = np.concatenate([J0[slot], lower], axis=1)
+        J[ind_slot] = np.concatenate([np.zeros((T, e0.shape[1], d)),
+                                      np.broadcast_to(-np.eye(d), (T, d, d))], axis=1)
+        return e, J
+    return f
+
+
+def independent_position_residual(mech, indices):
+    """f_pc^i (Eq. 30): e = [Phi(q); q[idx] - z]  ((m + d) rows; slots q, z)."""
+    return _with_selection(mech, position_constraints_residual(mech), "q", "z", indices)
+
+
+def independent_velocity_residual(mech, indices):
+    """f_vc^i (Eq. 31): e = [Phi_q(q) v; v[idx] - zd]  (slots q, v, zd)."""
+    return _with_selection(mech, velocity_constraints_residual(mech), "v", "zd", indices)
+
+
+def independent_acceleration_residual(mech, indices):
+    """f_ac^i (Eq. 32): e = [dPhi_q/dt v + Phi_q a; a[idx] - zdd]  (slots q, v, a, zdd).
+
+    (The paper's Eq. 32a prints Phi_qq a in the first row; the acceleration constraint is
+    Phi_q a, as its own Jacobian 32d shows.)"""
+    return _with_selection(mech, acceleration_constraints_residual(mech), "a", "zdd", indices)
