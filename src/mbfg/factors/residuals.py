@@ -67,7 +67,7 @@ def acceleration_constraints_residual(mech):
 
 
 def dynamics_residual(mech, *, forces=None, force_slot=None, accel_slot="a", indices=None,
-                      baumgarte=None):
+                      baumgarte=None, force_indices=None):
     """Dynamics factors.
 
     * f_dyn^d (Eq. 26): e = qddot(q, v, Q) - a, Q known (``forces``);
@@ -77,16 +77,23 @@ def dynamics_residual(mech, *, forces=None, force_slot=None, accel_slot="a", ind
       the independent coordinates).
 
     qddot is Eq. (5)-(6) with gravity always included; ``forces`` is None, (n,) or (T, n).
+    ``force_indices``: the variable slot holds only these components of Q (the others are
+    zero), e.g. the actuated coordinates; the batch inverse-dynamics driver uses it to keep
+    the step vectors small.
     Jacobians with respect to every variable (q, v, acceleration and Q) are exact (implicit
     differentiation of the KKT system, :func:`mbfg.model.dynamics.forward_dynamics_jacobians`).
     """
     idx = None if indices is None else np.asarray(indices, int)
+    fidx = None if force_indices is None else np.asarray(force_indices, int)
     sel = (lambda M: M) if idx is None else (lambda M: M[:, idx])
 
     @_slots(*(("q", "v", accel_slot) + ((force_slot,) if force_slot else ())))
     def f(p, jacobians=True):
         q, v, acc = p["q"], p["v"], p[accel_slot]
         Q = p[force_slot] if force_slot else forces
+        if force_slot and fidx is not None:
+            Q = np.zeros(q.shape[:-1] + (mech.n,))
+            Q[..., fidx] = p[force_slot]
         if not jacobians:
             return sel(D.forward_dynamics(mech, q, v, Q, baumgarte=baumgarte)) - acc, None
         dyn = D.forward_dynamics_jacobians(mech, q, v, Q, baumgarte=baumgarte)
@@ -95,7 +102,7 @@ def dynamics_residual(mech, *, forces=None, force_slot=None, accel_slot="a", ind
         J = {"q": sel(dyn.d_q), "v": sel(dyn.d_qd),
              accel_slot: np.broadcast_to(-np.eye(k), (q.shape[0], k, k))}
         if force_slot:
-            J[force_slot] = sel(dyn.d_Q)
+            J[force_slot] = sel(dyn.d_Q) if fidx is None else sel(dyn.d_Q)[..., fidx]
         return e, J
     return f
 

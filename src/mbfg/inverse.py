@@ -1,0 +1,136 @@
+"""Inverse dynamics driver (paper Sect. 5.3 and 7.2): generalized forces that make a mechanism
+follow a prescribed motion of some coordinates, by the four-stage batch solve of
+:mod:`mbfg.graphs.inverse`.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from mbfg.errors import SolverError
+from mbfg.graphs.inverse import InverseProblem, InverseSettings
+from mbfg.io import uniform_step
+from mbfg.model import dynamics as D
+from mbfg.model import kinematics as K
+from mbfg.results import TrajectoryResult
+from mbfg.solvers.batch import optimize
+
+STAGE_NAMES = {1: "positions", 2: "velocities and accelerations", 3: "velocity constraints",
+               4: "forces"}
+
+
+def _transfer(X, old, new, extra=None) -> np.ndarray:
+    """Step array in layout ``new`` from one in layout ``old`` (plus ``extra`` slot arrays)."""
+    parts = old.unpack(X)
+    parts.update(extra or {})
+    out = np.zeros((X.shape[0], new.dim))
+    for name in new.names:
+        out[:, new.slice(name)] = parts[name]
+    return out
+
+
+def positions_by_continuation(mech, imposed, desired, q_guess=None) -> np.ndarray:
+    """q (N, n) with q[imposed] = desired by finite displacement, step after step from the
+    previous solution (keeps the assembly branch)."""
+    q = np.array(mech.q0 if q_guess is None else q_guess, float)
+    out = np.empty((desired.shape[0], mech.n))
+    for k in range(desired.shape[0]):
+        q = K.solve_finite_displacement(mech, q, imposed, desired[k])
+        out[k] = q
+    return out
+
+
+def solve_inverse_dynamics(mech, t, desired, imposed, actuated=None, *, coords: str = "dependent",
+                           indices=None, integrator: str = "trapezoidal",
+                           settings: InverseSettings | None = None, progress=None,
+                           max_iterations: int = 50) -> TrajectoryResult:
+    """Forces on the ``actuated`` coordinates that make ``q[imposed]`` follow ``desired``.
+
+    Parameters
+    ----------
+    mech : Mechanism
+    t : (N,) uniformly spaced times [s]
+    desired : (N, len(imposed)) prescribed values [m or rad]
+    imposed : coordinate indices; must be valid independent coordinates (as many as the DOF)
+    actuated : coordinate indices with an unknown force (default: ``imposed``)
+    coords : "dependent" (Fig. 4 with f_idyn^d) or "independent" (f_idyn^i, z = q[indices])
+    progress : optional callable ``progress(stage, 4)`` called after each stage
+
+    Returns
+    -------
+    TrajectoryResult with Q (N, n): the generalized forces (zero off ``actuated``); ``stats``
+    has per-stage iterations and times and the largest following error.
+    """
+    t0 = time.perf_counter()
+    t = np.asarray(t, float)
+    desired = np.asarray(desired, float).reshape(t.size, -1)
+    imposed = tuple(int(i) for i in imposed)
+    actuated = imposed if actuated is None else tuple(int(i) for i in actuated)
+    if desired.shape[1] != len(imposed):
+        raise SolverError(f"the trajectory has {desired.shape[1]} value column(s) but "
+                          f"{len(imposed)} imposed coordinate(s) were given")
+    for i in imposed + actuated:
+        if not 0 <= i < mech.n:
+            raise SolverError(f"coordinate index {i} out of range 0..{mech.n - 1} "
+                              f"({' '.join(mech.coordinate_names)})")
+    K.check_independent_coordinates(mech, imposed)
+    dt = uniform_step(t)
+    settings = settings or InverseSettings(dt=dt, integrator=integrator)
+    if abs(settings.dt - dt) > 1e-12 * max(1.0, dt):
+        raise SolverError(f"settings.dt = {settings.dt} differs from the trajectory's step {dt}")
+    problem = InverseProblem(mech, settings, imposed, actuated, coords, indices)
+    if problem.indices is not None:
+        K.check_independent_coordinates(mech, problem.indices)
+
+    q = positions_by_continuation(mech, imposed, desired)
+    lay = problem.layout(1)
+    parts = {"q": q}
+    if problem.indices is not None:
+        parts["z"] = q[:, list(problem.indices)]
+    X = np.hstack([parts[name] for name in lay.names])
+    stats = {"solver": "batch, 4 stages", "coords": coords, "stages": []}
+    hints = None
+    for stage in (1, 2, 3, 4):
+        new_lay = problem.layout(stage)
+        extra = {}
+        if stage == 2:
+            p = lay.unpack(X)
+            v = np.gradient(p["q"], dt, axis=0, edge_order=2)
+            a = np.gradient(v, dt, axis=0, edge_order=2)
+            hints = {"v": v, "a": a}
+            extra = {"v": v, "a": a}
+            if problem.indices is not None:
+                idx = list(problem.indices)
+                extra.update(zd=v[:, idx], zdd=a[:, idx])
+        if stage == 4:
+            p = lay.unpack(X)
+            extra = {"Q": np.stack([D.inverse_dynamics(mech, p["q"][k], p["v"][k], p["a"][k],
+                                                       actuated) for k in range(t.size)])[:, list(actuated)]}
+        X = _transfer(X, lay, new_lay, extra)
+        lay, terms = problem.terms(stage, desired, hints)
+        keys = lay.keys(range(t.size))
+        X, st = optimize(terms, X, keys, max_iterations=max_iterations,
+                         what=f"inverse dynamics stage {stage} ({STAGE_NAMES[stage]})")
+        stats["stages"].append(dict(stage=stage, iterations=st.iterations,
+                                    final_error=st.final_error, seconds=st.seconds))
+        if progress:
+            progress(stage, 4)
+    p = lay.unpack(X)
+    from mbfg.model import constraints as C
+    Q = np.zeros((t.size, mech.n))
+    Q[:, list(actuated)] = p["Q"]
+    res = TrajectoryResult(
+        t=t, q=p["q"], qd=p["v"], qdd=p["a"], Q=Q, coords=mech.coordinate_names,
+        position_residual=np.linalg.norm(C.position_constraints(mech, p["q"]), axis=1),
+        velocity_residual=np.linalg.norm(C.velocity_constraints(mech, p["q"], p["v"]), axis=1))
+    if problem.indices is not None:
+        res.indices = problem.indices
+        res.z, res.zd, res.zdd = p["z"], p["zd"], p["zdd"]
+    stats["iterations"] = sum(s["iterations"] for s in stats["stages"])
+    stats["converged"] = True
+    stats["max_following_error"] = float(np.max(np.abs(p["q"][:, list(imposed)] - desired)))
+    stats["seconds"] = time.perf_counter() - t0
+    stats["steps"] = int(t.size)
+    res.stats = stats
+    return res
