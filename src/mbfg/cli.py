@@ -1,11 +1,13 @@
 """Command-line interface: ``mbfg <command> ...`` (also ``python -m mbfg``).
 
 Every :class:`~mbfg.errors.MbfgError` (bad input, non-convergence) is printed as one line on
-stderr with exit code 2; no traceback.
+stderr with exit code 2; no traceback.  Any other exception (a bug) is also reported on one
+line, with exit code 1, unless the environment variable ``MBFG_DEBUG`` is set.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -68,11 +70,17 @@ def main(argv=None) -> int:
         print(f"mbfg {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"mbfg {args.command}: error: {e}", file=sys.stderr)
+        print(f"mbfg {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"mbfg {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug, not bad input: still one line, never a traceback
+        if os.environ.get("MBFG_DEBUG"):
+            raise
+        print(f"mbfg {args.command}: internal error: {type(e).__name__}: "
+              f"{' '.join(str(e).split())} (set MBFG_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,14 +4,17 @@ User text is **never** handed to ``eval``: it is tokenized and parsed here into 
 tree made of numbers, variables, the operators ``+ - * / ^`` (``^`` is power, right
 associative, binding tighter than unary minus, so ``-x^2 == -(x^2)``), parentheses and calls of
 a fixed set of functions.  Anything else — quotes, dots after names (attribute access), ``:``
-(lambdas), ``=``, brackets, unknown functions — is an :class:`~mbfg.errors.ExpressionSyntaxError`.
+(lambdas), ``=``, brackets, names starting with ``__``, unknown functions — is an
+:class:`~mbfg.errors.ExpressionSyntaxError`.  Evaluation errors (``1/0``, ``sqrt(-1)``,
+overflow) are :class:`~mbfg.errors.ExpressionError`; unknown names are
+:class:`~mbfg.errors.UndefinedVariableError`.
 
 Grammar (precedence climbing)::
 
     expr    := term (('+' | '-') term)*
     term    := unary (('*' | '/') unary)*
     unary   := ('+' | '-') unary | power
-    power   := atom ('^' unary)?
+    power   := atom ('^' unary)?          (right associative: 2^3^2 == 2^9)
     atom    := NUMBER | NAME | NAME '(' expr (',' expr)* ')' | '(' expr ')'
 
 Examples
@@ -23,6 +26,7 @@ Examples
 """
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass
@@ -51,7 +55,7 @@ _TOKEN = re.compile(r"""
   | (?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<op>[-+*/^(),])
-""", re.VERBOSE)
+""", re.VERBOSE | re.ASCII)  # ASCII: no Unicode digits such as '\u0663' or exotic spaces
 
 
 @dataclass(frozen=True)
@@ -74,8 +78,10 @@ def _tokenize(text: str) -> list[_Tok]:
                 hint = " (strings are not allowed)"
             elif ch == ":":
                 hint = " (lambdas and slices are not allowed)"
-            elif ch == "*" or ch == "=":
-                hint = ""
+            elif ch == "=":
+                hint = " (assignments and comparisons are not allowed)"
+            elif ch in "[]{}":
+                hint = " (lists, indexing and sets are not allowed)"
             raise ExpressionSyntaxError(
                 f"invalid character {ch!r} at column {pos + 1} in expression {text!r}{hint}; "
                 f"expected numbers, names, + - * / ^ ( ) and function calls")
@@ -86,8 +92,11 @@ def _tokenize(text: str) -> list[_Tok]:
     return tokens
 
 
-# Syntax tree: tuples ("num", value) | ("var", name) | ("neg", node) | (op, left, right)
-# | ("call", name, args).  Tuples keep the tree immutable and cheap.
+# Syntax tree: tuples ("num", value) | ("var", name) | ("neg", node) | ("^", base, exponent)
+# | ("call", name, args) | ("chain", first, ((op, node), ...)) for a left-associative run of
+# ``+ -`` or ``* /`` operators.  Chains are flat, so the tree is never deeper than the
+# nesting limit (a long sum such as ``1+1+...+1`` cannot exhaust the Python stack), and tuples
+# keep the tree immutable and cheap.
 
 class _Parser:
     def __init__(self, text: str):
@@ -125,21 +134,24 @@ class _Parser:
 
     def expr(self):
         self.nest()
-        node = self.term()
+        first, rest = self.term(), []
         while self.tok.kind == "op" and self.tok.text in "+-":
             op = self.tok.text
             self.i += 1
-            node = (op, node, self.term())
+            rest.append((op, self.term()))
         self.depth -= 1
-        return node
+        return ("chain", first, tuple(rest)) if rest else first
 
     def term(self):
-        node = self.unary()
+        first, rest = self.unary(), []
         while self.tok.kind == "op" and self.tok.text in "*/":
             op = self.tok.text
             self.i += 1
-            node = (op, node, self.unary())
-        return node
+            if op == "*" and self.tok.kind == "op" and self.tok.text == "*":
+                raise self.error("expected an operand after '*' ('**' is not an operator; "
+                                 "write powers as a^b)", self.tok)
+            rest.append((op, self.unary()))
+        return ("chain", first, tuple(rest)) if rest else first
 
     def unary(self):
         self.nest()
@@ -162,8 +174,18 @@ class _Parser:
         tok = self.tok
         if tok.kind == "number":
             self.i += 1
-            return ("num", float(tok.text))
+            value = float(tok.text)
+            if not math.isfinite(value):
+                raise ExpressionSyntaxError(
+                    f"number {tok.text} at column {tok.pos + 1} is too large in expression "
+                    f"{self.text!r}; expected a finite number")
+            return ("num", value)
         if tok.kind == "name":
+            if tok.text.startswith("__"):
+                raise ExpressionSyntaxError(
+                    f"name {tok.text!r} at column {tok.pos + 1} in expression {self.text!r} is not "
+                    "allowed (names starting with '__' are reserved); expected a parameter, a "
+                    "variable or a function name")
             self.i += 1
             if self.take("("):
                 if tok.text not in FUNCTIONS:
@@ -201,10 +223,40 @@ def _names(node, out: set) -> set:
     elif kind == "call":
         for a in node[2]:
             _names(a, out)
-    elif kind != "num":
+    elif kind == "chain":
+        _names(node[1], out)
+        for _, b in node[2]:
+            _names(b, out)
+    elif kind == "^":
         _names(node[1], out)
         _names(node[2], out)
     return out
+
+
+class _EvalError(Exception):
+    """Internal: a math error, with a readable reason."""
+
+
+def _power(a: float, b: float) -> float:
+    if a == 0.0 and b < 0.0:
+        raise _EvalError("0 raised to a negative power (division by zero)")
+    if a < 0.0 and not b.is_integer():
+        raise _EvalError(f"negative number {a:g} raised to the fractional power {b:g}")
+    try:
+        return a ** b
+    except OverflowError:
+        raise _EvalError(f"{a:g}^{b:g} is too large (overflow)") from None
+
+
+def _call(name: str, args: list) -> float:
+    try:
+        return float(FUNCTIONS[name][1](*args))
+    except OverflowError:
+        raise _EvalError(f"{name}({', '.join(f'{a:g}' for a in args)}) is too large "
+                         "(overflow)") from None
+    except ValueError:
+        raise _EvalError(f"{name}({', '.join(f'{a:g}' for a in args)}) is outside the "
+                         "function's domain") from None
 
 
 def _eval(node, env: Mapping[str, float]) -> float:
@@ -212,24 +264,29 @@ def _eval(node, env: Mapping[str, float]) -> float:
     if kind == "num":
         return node[1]
     if kind == "var":
-        return env[node[1]]
+        return float(env[node[1]])
     if kind == "neg":
         return -_eval(node[1], env)
     if kind == "call":
-        return float(FUNCTIONS[node[1]][1](*(_eval(a, env) for a in node[2])))
-    a, b = _eval(node[1], env), _eval(node[2], env)
-    if kind == "+":
-        return a + b
-    if kind == "-":
-        return a - b
-    if kind == "*":
-        return a * b
-    if kind == "/":
-        return a / b
-    result = a ** b  # "^"
-    if isinstance(result, complex):
-        raise ValueError("negative number raised to a fractional power")
-    return result
+        return _call(node[1], [_eval(a, env) for a in node[2]])
+    if kind == "^":
+        return _power(_eval(node[1], env), _eval(node[2], env))
+    value = _eval(node[1], env)  # "chain"
+    for op, operand in node[2]:
+        b = _eval(operand, env)
+        if op == "+":
+            value += b
+        elif op == "-":
+            value -= b
+        elif op == "*":
+            value *= b
+        elif b == 0.0:
+            raise _EvalError("division by zero")
+        else:
+            value /= b
+        if not math.isfinite(value):
+            raise _EvalError(f"an intermediate result is too large (overflow, {value})")
+    return value
 
 
 @dataclass(frozen=True)
@@ -257,13 +314,21 @@ class Expression:
         missing = sorted(n for n in self.names if n not in env)
         if missing:
             available = ", ".join(sorted(env)) or "none"
+            hint = ""
+            if len(missing) == 1:
+                close = difflib.get_close_matches(missing[0], list(env) + list(CONSTANTS), n=1,
+                                                  cutoff=0.6)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise UndefinedVariableError(
-                f"undefined variable{'s' * (len(missing) > 1)} {', '.join(missing)} in expression "
-                f"{self.text!r}; defined here: {available}")
+                f"undefined variable{'s' * (len(missing) > 1)} {', '.join(missing)}{hint} in "
+                f"expression {self.text!r}; expected one of the variables defined here: {available}")
         env.update(CONSTANTS)
         try:
             value = _eval(self.tree, env)
-        except (ValueError, ZeroDivisionError, OverflowError, TypeError) as e:
+        except _EvalError as e:
+            raise ExpressionError(f"cannot evaluate {self.text!r}: {e}; expected a finite "
+                                  "real result") from None
+        except (ArithmeticError, ValueError, TypeError) as e:  # defensive; _eval maps the usual ones
             raise ExpressionError(f"cannot evaluate {self.text!r}: {e}") from None
         if not math.isfinite(value):
             raise ExpressionError(f"expression {self.text!r} evaluates to {value}, expected a finite number")

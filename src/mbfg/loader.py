@@ -77,32 +77,43 @@ class _Reader:
             mark = e.problem_mark or e.context_mark
             line = mark.line + 1 if mark is not None else None
             what = " ".join(str(x) for x in (e.context, e.problem) if x)
-            raise YamlSyntaxError(f"malformed YAML: {what}", file=source, line=line) from None
+            column = f" (column {mark.column + 1})" if mark is not None else ""
+            raise YamlSyntaxError(f"malformed YAML: {what}{column}; expected a YAML mapping of "
+                                  f"{', '.join(TOP_LEVEL_KEYS)}", file=source, line=line) from None
         except yaml.YAMLError as e:
             raise YamlSyntaxError(f"malformed YAML: {' '.join(str(e).split())}", file=source) from None
-        except (ValueError, TypeError, RecursionError) as e:  # e.g. unhashable keys, deep nesting
-            raise YamlSyntaxError(f"malformed YAML: {e}", file=source) from None
+        except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
+            # e.g. unhashable keys, deep nesting, out-of-range timestamps
+            raise YamlSyntaxError(f"malformed YAML: {e or type(e).__name__}", file=source) from None
         if node is not None:
-            self._record(node, "")
+            self._record(node, "", node.start_mark.line + 1, set())
 
-    def _record(self, node, path: str, depth: int = 0):
-        if depth > 50:
+    def _record(self, node, path: str, line: int, seen: set, depth: int = 0):
+        """Remember the line of every YAML path: the key's line for mapping entries, the item's
+        line for sequence items.  Each node is visited once (aliases could otherwise make the
+        walk exponential or infinite)."""
+        self.lines.setdefault(path, line)
+        if depth > 50 or id(node) in seen:
             return
-        self.lines.setdefault(path, node.start_mark.line + 1)
+        seen.add(id(node))
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 k = key.value if isinstance(key, yaml.ScalarNode) else "?"
-                self._record(value, f"{path}.{k}" if path else str(k), depth + 1)
+                self._record(value, f"{path}.{k}" if path else str(k), key.start_mark.line + 1,
+                             seen, depth + 1)
         elif isinstance(node, yaml.SequenceNode):
             for i, value in enumerate(node.value):
-                self._record(value, f"{path}[{i}]", depth + 1)
+                self._record(value, f"{path}[{i}]", value.start_mark.line + 1, seen, depth + 1)
 
     def line(self, path: str) -> int | None:
-        while path:
+        """Line of ``path``, or of its nearest enclosing node that has one."""
+        while True:
             if path in self.lines:
                 return self.lines[path]
-            path = re.sub(r"(\.[^.\[]*|\[\d+\])\Z", "", path)
-        return None
+            if not path:
+                return None
+            parent = re.sub(r"(\.[^.\[]*|\[\d+\])\Z", "", path)
+            path = "" if parent == path else parent
 
     def error(self, cls, message: str, path: str) -> MechanismError:
         return cls(message, file=self.source, path=path or None, line=self.line(path))
@@ -138,18 +149,28 @@ class _Loader:
             raise self.r.error(SchemaError, f"expected {what} (a number or an expression), got "
                                f"{_type_name(value)}", path)
         if not isinstance(value, str):
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:
+                value = math.inf if value > 0 else -math.inf
             if not math.isfinite(value):
                 raise self.r.error(SchemaError, f"expected {what} as a finite number, got {value}", path)
             return value
         try:
             return parse(value)(env)
+        except UndefinedVariableError as e:
+            hint = ""
+            if any(_POINT_VARIABLE.match(n) for n in parse(value).names - set(env)):
+                hint = ("; x<i>/y<i> are only defined for points listed before this one"
+                        if path.startswith("points[") else
+                        "; x<i>/y<i> name the initial coordinates of point i")
+            raise self.r.error(type(e), e.reason + hint, path) from None
         except ExpressionError as e:
             raise self.r.error(type(e), e.reason, path) from None
 
     def index(self, value, path: str, n_points: int, what: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.r.error(SchemaError, f"expected {what} (an integer point index 0..{n_points - 1}), "
+            raise self.r.error(SchemaError, f"expected {what} (an integer 0..{n_points - 1}), "
                                f"got {_type_name(value)}", path)
         if not 0 <= value < n_points:
             raise self.r.error(SchemaError, f"point index {value} out of range: the mechanism has "
@@ -171,7 +192,8 @@ class _Loader:
     def pair(self, value, path: str, env: dict, what: str) -> tuple[float, float]:
         items = self.sequence(value, path, what)
         if len(items) != 2:
-            raise self.r.error(SchemaError, f"expected {what}: a list of 2 numbers, got {len(items)} items", path)
+            raise self.r.error(SchemaError, f"expected {what}: a list of 2 numbers, got {len(items)} "
+                               f"item{'s' * (len(items) != 1)}", path)
         return tuple(self.expression(v, f"{path}[{i}]", env, "a number") for i, v in enumerate(items))
 
     # -- sections ------------------------------------------------------------------------------
@@ -209,9 +231,10 @@ class _Loader:
             if not _IDENTIFIER.match(name):
                 raise self.r.error(SchemaError, f"invalid parameter name {name!r}; expected a name "
                                    "of letters, digits and '_' not starting with a digit", path)
-            if name in RESERVED_NAMES or _POINT_VARIABLE.match(name):
+            if name in RESERVED_NAMES or _POINT_VARIABLE.match(name) or name.startswith("__"):
                 raise self.r.error(SchemaError, f"parameter name {name!r} is reserved (constants, "
-                                   "functions and point coordinates x<i>/y<i>); choose another name", path)
+                                   "functions, point coordinates x<i>/y<i> and names starting with "
+                                   "'__'); expected another name", path)
             env[name] = self.expression(expr, path, env, "the parameter value")
         return env
 
@@ -257,7 +280,12 @@ class _Loader:
             for I in range(len(idx)):
                 for J in range(I + 1, len(idx)):
                     pi, pj = points[idx[I]], points[idx[J]]
-                    benv[f"length{I + 1}{J + 1}"] = math.hypot(pi.x - pj.x, pi.y - pj.y)
+                    d = math.hypot(pi.x - pj.x, pi.y - pj.y)
+                    if not math.isfinite(d):
+                        raise self.r.error(SchemaError, f"points {idx[I]} and {idx[J]} are too far "
+                                           "apart (their distance overflows); expected finite, "
+                                           "physically sized coordinates", f"{path}.points")
+                    benv[f"length{I + 1}{J + 1}"] = d
             auto = benv["length12"]
             if len(idx) == 2:
                 lenv = dict(benv, auto=auto)
@@ -284,11 +312,16 @@ class _Loader:
                             f"{path}.cog", benv, "the centre of mass [x, y] in m")
             # The body's mass matrix is [[m I, m C], [m C^T, I0 I]] with C^T C = |cog|^2 I (in
             # point-0 / direction coordinates), so it is PSD iff I0 >= m |cog|^2 (I_G >= 0).
-            i_g = I0 - mass * (cog[0] ** 2 + cog[1] ** 2)
+            m_c2 = mass * (cog[0] * cog[0] + cog[1] * cog[1])  # no ** : it raises on overflow
+            if not math.isfinite(m_c2):
+                raise self.r.error(SchemaError, f"mass*|cog|^2 overflows for mass = {mass:g} kg and "
+                                   f"cog = [{cog[0]:g}, {cog[1]:g}] m; expected physically sized "
+                                   "values", f"{path}.cog")
+            i_g = I0 - m_c2
             if i_g < -1e-12 * max(abs(I0), 1.0):
                 raise self.r.error(
                     SchemaError, f"inertia I0 = {I0:g} kg m^2 about point {idx[0]} is smaller than "
-                    f"mass*|cog|^2 = {I0 - i_g:g}: the moment of inertia about the centre of mass would "
+                    f"mass*|cog|^2 = {m_c2:g}: the moment of inertia about the centre of mass would "
                     f"be negative and the body mass matrix not positive semi-definite; expected "
                     f"I0 >= mass*|cog|^2", f"{path}.I0")
             bodies.append(BodySpec(points=idx, mass=mass, I0=I0, cog=cog, length=length))
