@@ -36,6 +36,9 @@ def test_constraint_kernels(states, name, i):
                    name="Phi_qq")
     check_jacobian(lambda x: C.velocity_constraints(mech, x, v), q, C.hessian_times(mech, q, v),
                    name="d(Phi_q v)/dq")
+    lam = rng.normal(size=mech.m)
+    check_jacobian(lambda x: C.constraint_jacobian(mech, x).T @ lam, q,
+                   C.hessian_weighted_sum(mech, q, lam), name="d(Phi_q^T lam)/dq")
     check_jacobian(lambda x: C.velocity_constraints(mech, x, qd), q,
                    C.constraint_jacobian_dot(mech, q, qd), name="dPhi_q/dt")
     check_jacobian(lambda x: C.acceleration_bias(mech, x, qd), q,

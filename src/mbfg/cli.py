@@ -44,14 +44,23 @@ def _cmd_check(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line on stderr and exit code 2."""
+
+    def error(self, message):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {' '.join(str(message).split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mbfg", description="Planar multibody dynamics as factor graphs")
+    from mbfg import commands
+    p = _Parser(prog="mbfg", description="Planar multibody dynamics as factor graphs")
     from mbfg import __version__
     p.add_argument("--version", action="version", version=f"mbfg {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("check", help="load a mechanism and print its model summary")
     c.add_argument("mechanism", help="mechanism YAML file")
     c.set_defaults(func=_cmd_check)
+    commands.register(sub)
     for register in _EXTRA_COMMANDS:
         register(sub)
     return p

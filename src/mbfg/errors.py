@@ -103,3 +103,7 @@ class DataError(MbfgError):
 
 class FactorJacobianError(MbfgError):
     """A factor produced a Jacobian or error of the wrong shape or type."""
+
+
+class UsageError(MbfgError):
+    """A command-line option or a driver argument is invalid (e.g. an unknown coordinate)."""

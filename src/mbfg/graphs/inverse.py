@@ -106,8 +106,13 @@ class InverseProblem:
             else:
                 links = [("z", "zd"), ("zd", "zdd")]
             wh = 1.0 / s.sigma_hint
+            # in independent coordinates f_vc^i, f_ac^i make qdot, qddot functions of zdot,
+            # zddot, so the undetermined modes live in the imposed coordinates only (in
+            # dependent coordinates hints on every coordinate measurably help: 1.1 vs 2.3 N m
+            # RMS torque error on the robot with the 8-digit reference angles)
+            cols = imp if self.indices is not None else list(range(mech.n))
             for slot in ("v", "a"):
-                out.append(L.UnaryLinear(rows, wh * lay.selector(slot), wh * hints[slot]))
+                out.append(L.UnaryLinear(rows, wh * lay.selector(slot)[cols], wh * hints[slot][:, cols]))
         if stage >= 3 or (stage >= 2 and self.indices is not None):
             fams.append((T.velocity_constraints_residual(mech), s.sigma_constraints))
             fams.append((T.acceleration_constraints_residual(mech), s.sigma_constraints))

@@ -14,6 +14,7 @@ position_constraints         Phi(q)                                 (..., m)
 constraint_jacobian          Phi_q(q)                               (..., m, n)
 constraint_hessian           Phi_qq(q)  (row k = Hessian of Phi_k)  (..., m, n, n)
 hessian_times                Phi_qq(q) v   (= d(Phi_q v)/dq)        (..., m, n)
+hessian_weighted_sum         sum_k lam_k Phi_qq,k  (= d(Phi_q^T lam)/dq)  (..., n, n)
 constraint_jacobian_dot      dPhi_q/dt = Phi_qq qdot  (Eq. 40a)     (..., m, n)
 velocity_constraints         Phi_q qdot  (Eq. 25a)                  (..., m)
 acceleration_bias            dPhi_q/dt qdot   (c = -this, Eq. 3)    (..., m)
@@ -117,6 +118,26 @@ def constraint_hessian(mech, q):
         out[:, mq:] = (w[..., :, None] * E[None, :, None, :] + E[None, :, :, None] * w[..., None, :]
                        - phi[..., None, None] * (E[:, :, None] * E[:, None, :])[None])
     return out.reshape(lead + (mech.m, mech.n, mech.n))
+
+
+def hessian_weighted_sum(mech, q, lam):
+    """sum_k lam_k Phi_qq,k(q): the constraint-force term d(Phi_q^T lam)/dq, shape (..., n, n).
+
+    Never forms the (m, n, n) Hessian tensor: the quadratic rows have constant Hessians and
+    the angle rows rank-2 ones."""
+    q2, lead = _flat(mech, q)
+    lam2 = np.broadcast_to(np.asarray(lam, dtype=float), lead + (mech.m,)).reshape(-1, mech.m)
+    mq = mech.m_quadratic
+    out = (lam2[:, :mq] @ mech.quad_H.reshape(mq, -1)).reshape(-1, mech.n, mech.n) if mq \
+        else np.zeros((q2.shape[0], mech.n, mech.n))
+    if mech.angle_coords.size:
+        dx, dy, s, c = _angle_terms(mech, q2)
+        w = _angle_w(mech, s, c) * lam2[:, mq:, None]          # (T, a, n)
+        E = mech.angle_onehot                                  # (a, n)
+        phi = (dx * s - dy * c) * lam2[:, mq:]
+        out = out + np.einsum("tan,am->tnm", w, E) + np.einsum("an,tam->tnm", E, w) \
+            - np.einsum("ta,an,am->tnm", phi, E, E)
+    return out.reshape(lead + (mech.n, mech.n))
 
 
 def velocity_constraints(mech, q, qd):

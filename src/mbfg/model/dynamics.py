@@ -139,11 +139,11 @@ def forward_dynamics_jacobians(mech, q, qd, Q=None, *,
 
     # derivative right-hand sides, each (..., n + mr, n)
     Jdot = C.take_rows(C.constraint_jacobian_dot(mech, q, qd), rows, 1)
-    H = C.take_rows(C.constraint_hessian(mech, q), rows, 2)
+    lam = _scatter_multipliers(mech, rows, lam_r)
     Rq = np.zeros(lead + (n + mr, n))
-    Rq[..., :n, :] = -np.einsum("...k,...kij->...ij", lam_r, H)
-    Rq[..., n:, :] = (-C.take_rows(C.acceleration_bias_jacobian(mech, q, qd), rows, 1)
-                      - np.einsum("...kij,...j->...ki", H, qdd))
+    Rq[..., :n, :] = -C.hessian_weighted_sum(mech, q, lam)
+    Rq[..., n:, :] = -C.take_rows(C.acceleration_bias_jacobian(mech, q, qd)
+                                  + C.hessian_times(mech, q, qdd), rows, 1)
     Rqd = np.zeros(lead + (n + mr, n))
     Rqd[..., n:, :] = -2.0 * Jdot
     if baumgarte is not None:
@@ -153,7 +153,6 @@ def forward_dynamics_jacobians(mech, q, qd, Q=None, *,
     RQ = np.zeros(lead + (n + mr, n))
     RQ[..., :n, :] = np.eye(n)
     X = np.linalg.solve(K, np.concatenate([Rq, Rqd, RQ], axis=-1))
-    lam = _scatter_multipliers(mech, rows, lam_r)
     return DynamicsJacobians(qdd=qdd, lam=lam, d_q=X[..., :n, :n], d_qd=X[..., :n, n:2 * n],
                              d_Q=X[..., :n, 2 * n:])
 

@@ -15,7 +15,9 @@ This loop keeps the estimate as a numpy array ``X`` (one row per step vector, se
 
 Stopping: the error decrease of an accepted step, or the decrease the Gauss-Newton model
 predicts, falls below ``relative_tolerance`` times the error (or the error below
-``absolute_tolerance``).  Not converging within ``max_iterations`` raises
+``absolute_tolerance``), or an undamped step lands where the linear model said it would (to
+``model_tolerance`` relative; round-off in the error of tightly weighted graphs is ~1e-9): the problem is then linear around the optimum and one more solve
+would only confirm it.  Not converging within ``max_iterations`` raises
 :class:`~mbfg.errors.ConvergenceError` carrying the residual (unless ``raise_on_failure=False``).
 """
 from __future__ import annotations
@@ -82,7 +84,7 @@ def read_delta(delta: gtsam.VectorValues, keys) -> np.ndarray:
 
 def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: float = 1e-9,
              absolute_tolerance: float = 1e-24, initial_lambda: float = 1e-6,
-             watchdog: int = 2, raise_on_failure: bool = True,
+             watchdog: int = 2, raise_on_failure: bool = True, model_tolerance: float = 1e-6,
              what: str = "batch optimization"):
     """Minimize ``sum(term.error(X))`` over the step vectors ``X`` (N, dim) with keys ``keys``.
 
@@ -130,9 +132,13 @@ def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: fl
                 X, err = Y, new_err
                 best_X, best_err = X, err
                 stats.history.append(err)
+                # the Gauss-Newton model predicted the new error to within the tolerance: the
+                # problem is locally linear and the next step would gain about that mismatch
+                model_exact = lam == 0.0 and abs(new_err - predicted) <= model_tolerance * new_err
                 lam = 0.0 if lam <= initial_lambda else lam / 10.0
                 trial = 0
-                converged = err <= absolute_tolerance or decrease <= relative_tolerance * err
+                converged = (err <= absolute_tolerance or decrease <= relative_tolerance * err
+                             or model_exact)
                 accepted = True
                 break
             if lam == 0.0 and trial < watchdog and np.isfinite(new_err):

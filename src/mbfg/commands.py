@@ -1,0 +1,160 @@
+"""The ``simulate`` and ``inverse`` sub-commands of the ``mbfg`` CLI (registered into
+:data:`mbfg.cli._EXTRA_COMMANDS`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from mbfg.errors import UsageError
+
+
+def parse_coordinates(text: str, mech, option: str) -> tuple:
+    """``"20,21"`` or ``"theta0,theta1"`` -> coordinate indices of ``mech``."""
+    out = []
+    for item in str(text).replace(" ", "").split(","):
+        if not item:
+            continue
+        if item.lstrip("-").isdigit():
+            i = int(item)
+            if not 0 <= i < mech.n:
+                raise UsageError(f"{option}: coordinate index {i} out of range 0..{mech.n - 1} "
+                                 f"({' '.join(mech.coordinate_names)})")
+        elif item in mech.coordinate_names:
+            i = mech.coordinate_names.index(item)
+        else:
+            raise UsageError(f"{option}: {item!r} is neither an index nor a coordinate name "
+                             f"({' '.join(mech.coordinate_names)})")
+        out.append(i)
+    if not out:
+        raise UsageError(f"{option}: expected a comma-separated list of coordinates")
+    if len(set(out)) != len(out):
+        raise UsageError(f"{option}: repeated coordinate in {text!r}")
+    return tuple(out)
+
+
+def _positive(value: float, option: str) -> float:
+    if not value > 0:
+        raise UsageError(f"{option} must be positive, got {value}")
+    return value
+
+
+def _finish(result, args, plot) -> None:
+    if args.out:
+        print(f"saved:     {result.save(args.out)}")
+    if args.plot:
+        print(f"plot:      {plot(result, args.plot)}")
+
+
+def cmd_simulate(args) -> int:
+    import mbfg
+    from mbfg.progress import ProgressBar
+
+    mech = mbfg.load_mechanism(args.mechanism)
+    t_end, dt = _positive(args.t_end, "--t-end"), _positive(args.dt, "--dt")
+    if args.window < 1:
+        raise UsageError(f"--window must be >= 1, got {args.window}")
+    bar = ProgressBar(f"simulate ({args.solver})", enabled=False if args.quiet else None)
+    try:
+        if args.solver == "smoother":
+            from mbfg.smoothing import simulate_smoother
+            res = simulate_smoother(mech, t_end, dt, coords=args.coords,
+                                    integrator=args.integrator, window=args.window, progress=bar)
+        else:
+            from mbfg.simulation import simulate_batch
+            res = simulate_batch(mech, t_end, dt, coords=args.coords, integrator=args.integrator,
+                                 progress=bar)
+    finally:
+        bar.close()
+    st = res.stats
+    steps = len(res.t) - 1
+    print(f"mechanism: {args.mechanism} (n = {mech.n}, DOF = {mech.dof})")
+    print(f"solver:    {args.solver}" + (f", window {args.window}" if args.solver == "smoother" else "")
+          + f", {args.coords} coordinates, {args.integrator} integrator")
+    print(f"steps:     {steps} x {dt:g} s = {steps * dt:g} s")
+    print(f"time:      {st.get('seconds', float('nan')):.3f} s "
+          f"({1e3 * st.get('seconds', float('nan')) / max(steps, 1):.3f} ms/step), "
+          f"{st.get('iterations', 0)} iterations")
+    print(f"max |Phi|: {np.max(res.position_residual):.3e}")
+
+    from mbfg.plotting import plot_simulation
+    _finish(res, args, lambda r, p: plot_simulation(r, p, title=f"{args.mechanism}: forward dynamics"))
+    return 0
+
+
+def cmd_inverse(args) -> int:
+    import mbfg
+    from mbfg.inverse import solve_inverse_dynamics
+    from mbfg.io import read_trajectory
+    from mbfg.model import kinematics as K
+    from mbfg.progress import ProgressBar
+
+    mech = mbfg.load_mechanism(args.mechanism)
+    imposed = parse_coordinates(args.imposed, mech, "--imposed")
+    actuated = parse_coordinates(args.actuated, mech, "--actuated") if args.actuated else imposed
+    if (args.trajectory is None) == (args.point_path is None):
+        raise UsageError("give exactly one of --trajectory FILE or --point-path FILE (with --point)")
+    if args.trajectory is not None:
+        t, desired = read_trajectory(args.trajectory, columns=len(imposed))
+    else:
+        if args.point is None:
+            raise UsageError("--point-path needs --point P (the point that follows the path)")
+        if not 0 <= args.point < len(mech.spec.points):
+            raise UsageError(f"--point {args.point} out of range 0..{len(mech.spec.points) - 1}")
+        t, xy = read_trajectory(args.point_path, columns=2)
+        q = K.inverse_kinematics_point_path(mech, args.point, xy)
+        desired = q[:, list(imposed)]
+        print(f"inverse kinematics: point {args.point} along {args.point_path} ({len(t)} samples)")
+    bar = ProgressBar("inverse dynamics (stage)", enabled=False if args.quiet else None)
+    try:
+        res = solve_inverse_dynamics(mech, t, desired, imposed, actuated, coords=args.coords,
+                                     integrator=args.integrator, progress=bar)
+    finally:
+        bar.close()
+    names = mech.coordinate_names
+    st = res.stats
+    print(f"mechanism: {args.mechanism} (n = {mech.n}, DOF = {mech.dof})")
+    print(f"imposed:   {', '.join(names[i] for i in imposed)};  actuated: "
+          f"{', '.join(names[i] for i in actuated)};  {args.coords} coordinates")
+    print(f"steps:     {len(t)} (dt = {t[1] - t[0]:g} s)")
+    print(f"time:      {st['seconds']:.3f} s, iterations per stage "
+          f"{[s['iterations'] for s in st['stages']]}")
+    print(f"following error (max): {st['max_following_error']:.3e}")
+    print(f"max |Phi|: {np.max(res.position_residual):.3e}")
+    for j in actuated:
+        print(f"Q[{names[j]}]: min {res.Q[:, j].min():.6g}, max {res.Q[:, j].max():.6g}, "
+              f"rms {np.sqrt(np.mean(res.Q[:, j] ** 2)):.6g}")
+    from mbfg.plotting import plot_inverse
+    _finish(res, args, lambda r, p: plot_inverse(r, p, imposed, actuated, desired,
+                                                 title=f"{args.mechanism}: inverse dynamics"))
+    return 0
+
+
+def register(sub) -> None:
+    s = sub.add_parser("simulate", help="forward dynamics from the YAML configuration at rest")
+    s.add_argument("mechanism", help="mechanism YAML file")
+    s.add_argument("--t-end", type=float, default=5.0, help="duration [s] (default 5)")
+    s.add_argument("--dt", type=float, default=1e-3, help="time step [s] (default 0.001)")
+    s.add_argument("--coords", choices=["dependent", "independent"], default="dependent")
+    s.add_argument("--solver", choices=["smoother", "batch"], default="smoother")
+    s.add_argument("--window", type=int, default=2, help="fixed-lag window N_w (default 2)")
+    s.add_argument("--integrator", choices=["trapezoidal", "euler"], default="trapezoidal")
+    s.add_argument("--out", help="save the result (.npz or .csv)")
+    s.add_argument("--plot", help="save a plot (.png, .pdf, .svg)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_simulate)
+
+    i = sub.add_parser("inverse", help="inverse dynamics: forces for a prescribed motion")
+    i.add_argument("mechanism", help="mechanism YAML file")
+    i.add_argument("--trajectory", help="rows 't value...' of the imposed coordinates "
+                   "(blank or comma separated, %%/# comments)")
+    i.add_argument("--point-path", help="rows 't x y' of a point's desired path (solved by "
+                   "inverse kinematics for the imposed coordinates); needs --point")
+    i.add_argument("--point", type=int, help="point index that follows --point-path")
+    i.add_argument("--imposed", required=True, help="coordinates with a prescribed motion, "
+                   "e.g. 20,21 or theta0,theta1")
+    i.add_argument("--actuated", help="coordinates with an unknown force (default: --imposed)")
+    i.add_argument("--coords", choices=["dependent", "independent"], default="dependent")
+    i.add_argument("--integrator", choices=["trapezoidal", "euler"], default="trapezoidal")
+    i.add_argument("--out", help="save the result (.npz or .csv)")
+    i.add_argument("--plot", help="save a plot (.png, .pdf, .svg)")
+    i.add_argument("--quiet", action="store_true", help="no progress bar")
+    i.set_defaults(func=cmd_inverse)
