@@ -75,7 +75,7 @@ def cmd_simulate(args) -> int:
           f"{st.get('iterations', 0)} iterations")
     print(f"max |Phi|: {np.max(res.position_residual):.3e}")
 
-    from mbfg.plotting import plot_simulation
+    from mbfg.plot import plot_simulation
     _finish(res, args, lambda r, p: plot_simulation(r, p, title=f"{args.mechanism}: forward dynamics"))
     return 0
 
@@ -122,7 +122,7 @@ def cmd_inverse(args) -> int:
     for j in actuated:
         print(f"Q[{names[j]}]: min {res.Q[:, j].min():.6g}, max {res.Q[:, j].max():.6g}, "
               f"rms {np.sqrt(np.mean(res.Q[:, j] ** 2)):.6g}")
-    from mbfg.plotting import plot_inverse
+    from mbfg.plot import plot_inverse
     _finish(res, args, lambda r, p: plot_inverse(r, p, imposed, actuated, desired,
                                                  title=f"{args.mechanism}: inverse dynamics"))
     return 0

@@ -75,28 +75,53 @@ class ForwardProblem:
         """Every factor of a contiguous range of steps, as batch terms over the step array X
         whose row i is step ``steps[i]``; initial priors hold step ``steps[0]`` at
         (q_start, v_start)."""
-        s, mech, lay = self.settings, self.mech, self.layout
         steps = np.asarray(steps, int)
         rows = np.arange(steps.size)
-        out = []
+        return (self.initial_priors(q_start, v_start) + self.linear_terms(rows)
+                + [self.nonlinear_term(steps, rows)])
+
+    def initial_priors(self, q_start, v_start, row: int = 0) -> list:
+        """Priors on the first step (dependent: q, v; independent: z, zd and an approximate
+        q), as linear terms on row ``row``."""
+        s, lay = self.settings, self.layout
         if self.coords == "dependent":
-            out += [L.prior(lay, 0, "q", q_start, s.sigma_prior),
-                    L.prior(lay, 0, "v", v_start, s.sigma_prior)]
-            if steps.size > 1:
-                out.append(L.step_links(lay, rows[:-1], s.dt, [("q", "v"), ("v", "a")],
-                                        s.sigma_integrator, scheme=s.integrator))
-        else:
-            idx = list(self.indices)
-            out += [L.prior(lay, 0, "z", np.asarray(q_start)[idx], s.sigma_prior),
-                    L.prior(lay, 0, "zd", np.asarray(v_start)[idx], s.sigma_prior),
-                    L.prior(lay, 0, "q", q_start, s.sigma_prior_q_approx),
-                    L.selections(lay, rows, [("q", "z"), ("v", "zd"), ("a", "zdd")], idx,
-                                 s.sigma_constraints)]
-            if steps.size > 1:
-                out.append(L.step_links(lay, rows[:-1], s.dt, [("z", "zd"), ("zd", "zdd")],
-                                        s.sigma_integrator, scheme=s.integrator,
-                                        equalities=["q"], sigma_equality=s.sigma_equality))
-        out.append(self.nonlinear_term(steps, rows))
+            return [L.prior(lay, row, "q", q_start, s.sigma_prior),
+                    L.prior(lay, row, "v", v_start, s.sigma_prior)]
+        idx = list(self.indices)
+        return [L.prior(lay, row, "z", np.asarray(q_start)[idx], s.sigma_prior),
+                L.prior(lay, row, "zd", np.asarray(v_start)[idx], s.sigma_prior),
+                L.prior(lay, row, "q", q_start, s.sigma_prior_q_approx)]
+
+    def selection_term(self, rows):
+        """Independent coordinates only: the linear rows q[idx] - z, v[idx] - zd,
+        a[idx] - zdd of the steps at ``rows`` (None in dependent coordinates)."""
+        if self.coords == "dependent":
+            return None
+        s = self.settings
+        return L.selections(self.layout, rows, [("q", "z"), ("v", "zd"), ("a", "zdd")],
+                            list(self.indices), s.sigma_constraints)
+
+    def link_term(self, rows0):
+        """All linear factors between steps ``rows0[i]`` and ``rows0[i] + 1`` (integrators,
+        and f_eq on q in independent coordinates)."""
+        s, lay = self.settings, self.layout
+        if self.coords == "dependent":
+            return L.step_links(lay, rows0, s.dt, [("q", "v"), ("v", "a")],
+                                s.sigma_integrator, scheme=s.integrator)
+        return L.step_links(lay, rows0, s.dt, [("z", "zd"), ("zd", "zdd")],
+                            s.sigma_integrator, scheme=s.integrator,
+                            equalities=["q"], sigma_equality=s.sigma_equality)
+
+    def linear_terms(self, rows) -> list:
+        """The linear factors of the steps at ``rows`` (contiguous) apart from priors: the
+        selection rows (independent) and the links between consecutive rows."""
+        rows = np.asarray(rows, int)
+        out = []
+        sel = self.selection_term(rows)
+        if sel is not None:
+            out.append(sel)
+        if rows.size > 1:
+            out.append(self.link_term(rows[:-1]))
         return out
 
     def nonlinear_term(self, steps, rows):
@@ -113,6 +138,10 @@ class ForwardProblem:
                                              accel_slot="zdd", baumgarte=s.baumgarte),
                          s.sigma_dynamics))
         return T.StackedTerm(self.layout, rows, fams)
+
+    def with_indices(self, indices) -> "ForwardProblem":
+        """The same problem in other independent coordinates (independent layout only)."""
+        return ForwardProblem(self.mech, self.settings, "independent", indices, self.forces)
 
     def pack(self, q, v, a):
         """Step vector (or vectors) from q, v, a."""

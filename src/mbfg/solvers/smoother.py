@@ -1,0 +1,343 @@
+"""Fixed-lag smoother over per-step state vectors (paper Sect. 5.1-5.2 and 7.1).
+
+The smoother keeps a window of the last ``window`` steps of a forward problem (anything with
+the interface of :class:`mbfg.graphs.forward.ForwardProblem`: ``layout``, ``pack``,
+``initial_priors``, ``linear_terms``, ``selection_term``, ``link_term``, ``nonlinear_term``,
+``settings.dt``) as rows of a small numpy array.  Each new step k
+
+1. is predicted explicitly from step k-1 (``q + dt v + dt^2/2 a``, ``v + dt a``, ``a``; in
+   independent coordinates z, zd, zdd the same way, i.e. ``problem.pack`` of the predicted
+   q, v, a) with one constant matrix product;
+2. if the window is then longer than ``window``, its oldest step j is marginalized: every
+   factor touching x_j (its prior or marginal, its selection rows, its nonlinear rows
+   linearized at the current estimate, and the links j -> j+1) is stacked into one dense
+   whitened system ``[H_j  H_{j+1} | e]``, x_j is eliminated by Householder QR, and the
+   rows left on x_{j+1} become the new prior ``R (x_{j+1} - xbar_{j+1}) + r``
+   (:class:`~mbfg.graphs.linear_blocks.UnaryLinear`, already whitened);
+3. the window is solved by Gauss-Newton: the prior, the window's linear factors and its
+   nonlinear factors are linearized into native gtsam Jacobian factors and the system is
+   eliminated by sparse QR (``EliminateQR``) as in :mod:`mbfg.solvers.batch`.
+
+Cost.  The nonlinear model kernels dominate (one vectorized call per linearization, almost
+independent of the window length), so the loop does one linearization per Gauss-Newton
+iteration and nothing else: the error at a point comes from its linearization, the
+convergence test is the decrease the Gauss-Newton model at the current point still
+predicts (``<= relative_tolerance * error`` or ``<= absolute_tolerance``), and the
+linearization at the final point also supplies the oldest step's nonlinear rows for the
+marginalization.  A typical step needs two linearizations (predict -> step -> verify).
+If an undamped step raises the error, the window is handed to the damped
+Gauss-Newton/Levenberg-Marquardt loop :func:`mbfg.solvers.batch.optimize` from the best
+point.  A step that does not converge within ``max_iterations`` linear solves raises
+:class:`~mbfg.errors.ConvergenceError` with the window error.
+
+With ``window`` at least the number of steps nothing is ever marginalized and the last
+window solve is the batch solve of the whole horizon.
+
+Independent coordinates.  A fixed choice of independent coordinates is singular wherever
+[Phi_q; B] loses rank (for the four-bar in natural coordinates every coordinate does somewhere
+on a full crank turn: y1 at theta = +-90 deg, x1 at 0 and 180 deg, x2 and y2 at the rocker's
+dead points).  There z no longer determines q, v, a, the branch is ambiguous (v -> -v leaves
+the dynamics unchanged) and Gauss-Newton stalls.  By default (``reselect=0.9``) the smoother
+therefore re-partitions like a classical coordinate-partitioning integrator: after each step it
+compares the current choice with the best-conditioned one at the newest estimate (pivoted QR of
+an orthonormal null-space basis N of Phi_q; quality = smallest singular value of N[indices]) and
+switches when the current quality falls below ``reselect`` times the best.  The switch
+substitutes z_old = q[old indices] (a selection factor, exact at the solution) into the
+marginal prior, re-packs the window and re-solves it.  ``switches`` lists (step, indices).
+"""
+from __future__ import annotations
+
+import time
+
+import gtsam
+import numpy as np
+
+from mbfg.errors import ConvergenceError
+from mbfg.graphs.linear_blocks import UnaryLinear
+from mbfg.model import constraints as C
+from mbfg.solvers.batch import optimize
+from mbfg.solvers.gaussian import unit_noise
+
+
+def prediction_matrix(problem) -> np.ndarray:
+    """Constant (dim, dim) matrix P with ``x_{k+1} ~= P x_k``: q + dt v + dt^2/2 a, v + dt a,
+    a, packed by ``problem.pack`` (so z, zd, zdd are the predicted q, v, a at the independent
+    indices)."""
+    lay, dt = problem.layout, problem.settings.dt
+    E = np.eye(lay.dim)
+    p = lay.unpack(E)  # columns of the identity, by slot: (dim, size) each
+    return problem.pack(p["q"] + dt * p["v"] + 0.5 * dt * dt * p["a"],
+                        p["v"] + dt * p["a"], p["a"]).T
+
+
+class FixedLagSmoother:
+    """Fixed-lag Gauss-Newton smoother with exact (linearized) marginalization.
+
+    Parameters
+    ----------
+    problem : ForwardProblem
+    window : int >= 1
+        Number of steps optimized together (the newest step and ``window - 1`` before it).
+    max_iterations : int
+        Linear solves allowed per step.
+    relative_tolerance, absolute_tolerance : float
+        Convergence when the decrease of the window error predicted by the Gauss-Newton
+        model at the current estimate is at most ``relative_tolerance * error`` or at most
+        ``absolute_tolerance`` (error = 0.5 * sum of squared whitened residuals).
+
+    Use :meth:`initialize` then :meth:`advance` (or :meth:`run`).  ``history`` receives
+    (step, x) of each step as it leaves the window; :meth:`run` returns all steps.
+    """
+
+    def __init__(self, problem, window: int = 2, *, max_iterations: int = 10,
+                 relative_tolerance: float = 1e-6, absolute_tolerance: float = 1e-10,
+                 reselect: float | None = 0.9):
+        window = int(window)
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.window = window
+        self.max_iterations = int(max_iterations)
+        self.relative_tolerance = float(relative_tolerance)
+        self.absolute_tolerance = float(absolute_tolerance)
+        self.reselect = (float(reselect) if reselect and getattr(problem, "indices", None)
+                         is not None else None)
+        self.layout = problem.layout
+        self.dim = problem.layout.dim
+        self._set_problem(problem)
+        # statistics
+        self.iterations = 0
+        self.max_iterations_per_step = 0
+        self.fallbacks = 0
+        self.steps_done = 0
+        self.switches: list = []
+
+    def _set_problem(self, problem):
+        self.problem = problem
+        self.P_T = np.ascontiguousarray(prediction_matrix(problem).T)
+        self._varying = callable(getattr(problem, "forces", None))
+        self._cache: dict = {}
+        self._sel0 = problem.selection_term([0])
+        self._link0 = problem.link_term([0])
+
+    # ----------------------------------------------------------------- window terms
+    def _window_terms(self, L: int, steps):
+        """(linear terms without prior, nonlinear term, keys) of a window of L rows."""
+        c = self._cache.get(L)
+        if c is None:
+            rows = np.arange(L)
+            c = (self.problem.linear_terms(rows), self.problem.nonlinear_term(steps, rows),
+                 self.layout.keys(rows))
+            self._cache[L] = c
+        elif self._varying:
+            c = (c[0], self.problem.nonlinear_term(steps, np.arange(L)), c[2])
+        return c
+
+    def _linearize(self, W, prior, lin_terms, nl, keys):
+        """Native Gaussian factors of the window at W, its error, and the whitened nonlinear
+        blocks of row 0 (A0, e0) for the marginalization."""
+        g = gtsam.GaussianFactorGraph()
+        err = 0.0
+        for t in prior:
+            err += t.linearize(W, keys, g)
+        for t in lin_terms:
+            err += t.linearize(W, keys, g)
+        e, A = nl.residual(W, jacobians=True)
+        w = nl.inv_sigma
+        e *= w
+        A *= w[None, :, None]
+        model = unit_noise(e.shape[1])
+        for t in range(W.shape[0]):
+            g.add(keys[t], A[t], -e[t], model)
+        err += 0.5 * float(np.sum(e * e))
+        return g, err, A[0], e[0]
+
+    # ----------------------------------------------------------------- public API
+    def initialize(self, q0, v0, a0=None):
+        """Start at step 0 with the problem's initial priors on (q0, v0); ``a0`` is only the
+        initial guess of the accelerations (default: the model's)."""
+        if a0 is None:
+            from mbfg.model.dynamics import forward_dynamics
+            forces = self.problem.forces
+            Q = forces(np.array([0]))[0] if callable(forces) else forces
+            a0 = forward_dynamics(self.problem.mech, np.asarray(q0, float),
+                                  np.asarray(v0, float), Q)
+        self.W = np.atleast_2d(self.problem.pack(np.asarray(q0, float), np.asarray(v0, float),
+                                                 np.asarray(a0, float))).copy()
+        self.first = 0  # step index of row 0
+        self.prior = self.problem.initial_priors(q0, v0)
+        self.history = []
+        self._solve()
+        self._check_coordinates()
+
+    @property
+    def estimate(self) -> np.ndarray:
+        """Current window estimate (rows = steps ``first .. first + len - 1``)."""
+        return self.W
+
+    def advance(self):
+        """Add the next step, marginalize the oldest one if the window is full, solve.
+        Returns (step, x) of the step that left the window, or None."""
+        W = self.W
+        pred = W[-1] @ self.P_T
+        W = np.vstack([W, pred])
+        out = None
+        if W.shape[0] > self.window:
+            self._marginalize(W)
+            out = (self.first, W[0].copy())
+            self.history.append(out)
+            W = W[1:]
+            self.first += 1
+        self.W = W
+        self._solve()
+        self._check_coordinates()
+        return out
+
+    def run(self, steps: int, progress=None) -> np.ndarray:
+        """Advance ``steps`` times from the initialized state; returns (steps + 1, dim): each
+        step's estimate when it left the window, then the final window."""
+        X = np.empty((self.first + self.W.shape[0] + steps, self.dim))
+        for k, x in self.history:
+            X[k] = x
+        every = max(1, steps // 100)
+        for i in range(steps):
+            out = self.advance()
+            if out is not None:
+                X[out[0]] = out[1]
+            if progress is not None and ((i + 1) % every == 0 or i + 1 == steps):
+                progress(i + 1, steps)
+        X[self.first:self.first + self.W.shape[0]] = self.W
+        return X
+
+    # ----------------------------------------------------------------- internals
+    def _marginalize(self, W):
+        """Eliminate row 0 of W (linearized at the last solve's point) into a prior on row 1."""
+        d = self.dim
+        x0 = self._lin_x0
+        x1 = W[1]
+        blocks0, blocks1, rhs = [], [], []
+        for t in self.prior:
+            blocks0.append(t.A)
+            rhs.append(t.A @ x0 - t.b.reshape(-1))
+        if self._sel0 is not None:
+            blocks0.append(self._sel0.A)
+            rhs.append(self._sel0.A @ x0 - self._sel0.b.reshape(-1))
+        A0, e0 = self._lin_nl0
+        blocks0.append(A0)
+        rhs.append(e0)
+        lk = self._link0
+        r_link = lk.A0 @ x0 + lk.A1 @ x1
+        r0 = sum(b.shape[0] for b in blocks0)
+        M = np.zeros((r0 + lk.A0.shape[0], 2 * d + 1))
+        M[:r0, :d] = np.vstack(blocks0)
+        M[:r0, 2 * d] = np.concatenate(rhs)
+        M[r0:, :d] = lk.A0
+        M[r0:, d:2 * d] = lk.A1
+        M[r0:, 2 * d] = r_link
+        R = np.linalg.qr(M, mode="r")
+        R1 = R[d:2 * d, d:2 * d]
+        r1 = R[d:2 * d, 2 * d]
+        # residual R1 (x1 - x1bar) + r1  =  R1 x1 - (R1 x1bar - r1)
+        self.prior = [UnaryLinear([0], R1, R1 @ x1 - r1)]
+
+    def _solve(self):
+        """Gauss-Newton on the current window (see module docstring)."""
+        W = self.W
+        L = W.shape[0]
+        steps = np.arange(self.first, self.first + L)
+        lin_terms, nl, keys = self._window_terms(L, steps)
+        prior = self.prior
+        rtol, atol = self.relative_tolerance, self.absolute_tolerance
+        it = 0
+        prev_err = np.inf
+        converged = False
+        while True:
+            g, err, A0, e0 = self._linearize(W, prior, lin_terms, nl, keys)
+            x_lin0 = W[0]
+            if not err <= prev_err * (1.0 + 1e-9) + atol:  # the last step raised the error
+                W, err, it, A0, e0 = self._fallback(W_prev, prior, lin_terms, nl, keys,
+                                                    steps, it)
+                x_lin0 = W[0]
+                converged = True
+                break
+            if it >= self.max_iterations:
+                break
+            delta = g.optimize(gtsam.EliminateQR)
+            it += 1
+            D = np.stack([delta.at(k) for k in keys])
+            predicted = err - float(g.error(delta))
+            W_prev, prev_err = W, err
+            W = W + D
+            if predicted <= rtol * err or predicted <= atol:
+                converged = True  # W + D is the (free) last Gauss-Newton step
+                break
+        self.iterations += it
+        self.max_iterations_per_step = max(self.max_iterations_per_step, it)
+        if not converged:
+            raise ConvergenceError(
+                f"fixed-lag smoother did not converge at step {steps[-1]} "
+                f"(window {steps[0]}-{steps[-1]})", residual=err, iterations=it)
+        self._lin_x0 = x_lin0  # linearization point of (A0, e0)
+        self._lin_nl0 = (A0, e0)
+        self.W = W
+        self.steps_done += 1
+
+    def best_indices(self, q):
+        """(best indices, their quality, quality of the current indices) at q."""
+        mech = self.problem.mech
+        J = C.constraint_jacobian(mech, q)
+        _, _, Vt = np.linalg.svd(J)
+        d = len(self.problem.indices)
+        N = Vt[mech.n - d:].T  # orthonormal basis of the null space of Phi_q
+        cur = list(self.problem.indices)
+        if d == 1:
+            a = np.abs(N[:, 0])
+            best = (int(np.argmax(a)),)
+            return best, float(a[best[0]]), float(a[cur[0]])
+        from scipy.linalg import qr
+        piv = qr(N.T, pivoting=True, mode="r")[1]
+        best = tuple(sorted(int(i) for i in piv[:d]))
+        smin = lambda idx: float(np.linalg.svd(N[list(idx)], compute_uv=False)[-1])  # noqa: E731
+        return best, smin(best), smin(cur)
+
+    def _check_coordinates(self):
+        """Switch independent coordinates when the current ones become ill-conditioned."""
+        if self.reselect is None:
+            return
+        lay = self.layout
+        best, q_best, q_cur = self.best_indices(self.W[-1, lay.slice("q")])
+        if q_cur >= self.reselect * q_best or tuple(best) == tuple(self.problem.indices):
+            return
+        old = list(self.problem.indices)
+        new = self.problem.with_indices(best)
+        # x_old = T x_new: z_old = q[old], zd_old = v[old], zdd_old = a[old]
+        T = np.eye(self.dim)
+        for zs, xs in (("z", "q"), ("zd", "v"), ("zdd", "a")):
+            T[lay.slice(zs)] = lay.selector(xs)[old]
+        self.prior = [UnaryLinear(t.rows, t.A @ T, t.b) for t in self.prior]
+        W = self.W.copy()
+        for zs, xs in (("z", "q"), ("zd", "v"), ("zdd", "a")):
+            W[:, lay.slice(zs)] = W[:, lay.slice(xs)][:, list(best)]
+        self.W = W
+        self._set_problem(new)
+        self.switches.append((self.first + W.shape[0] - 1, tuple(best)))
+        self._solve()
+        self.steps_done -= 1
+
+    def _fallback(self, W_prev, prior, lin_terms, nl, keys, steps, it):
+        """Damped Gauss-Newton / LM (mbfg.solvers.batch.optimize) from the best point."""
+        self.fallbacks += 1
+        remaining = max(1, self.max_iterations - it)
+        try:
+            W, st = optimize(prior + lin_terms + [nl], W_prev, keys,
+                             max_iterations=remaining,
+                             relative_tolerance=self.relative_tolerance,
+                             absolute_tolerance=1e-24,
+                             what=f"fixed-lag smoother at step {steps[-1]}")
+        except ConvergenceError as exc:
+            self.iterations += it + exc.iterations
+            raise ConvergenceError(
+                f"fixed-lag smoother did not converge at step {steps[-1]} "
+                f"(window {steps[0]}-{steps[-1]}, damped fallback)",
+                residual=exc.residual, iterations=it + exc.iterations) from None
+        _, err, A0, e0 = self._linearize(W, prior, lin_terms, nl, keys)
+        return W, err, it + st.iterations, A0, e0
