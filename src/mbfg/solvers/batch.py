@@ -84,7 +84,7 @@ def read_delta(delta: gtsam.VectorValues, keys) -> np.ndarray:
 
 def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: float = 1e-9,
              absolute_tolerance: float = 1e-24, initial_lambda: float = 1e-6,
-             watchdog: int = 2, raise_on_failure: bool = True, model_tolerance: float = 1e-6,
+             watchdog: int = 2, raise_on_failure: bool = True, model_tolerance: float = 1e-5,
              what: str = "batch optimization"):
     """Minimize ``sum(term.error(X))`` over the step vectors ``X`` (N, dim) with keys ``keys``.
 

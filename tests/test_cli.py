@@ -1,0 +1,117 @@
+"""The simulate and inverse commands end to end (issue 4, item 7)."""
+import csv
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import MECHANISMS, reference_file
+from mbfg.cli import main
+
+
+def run(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("solver,coords,mech", [
+    ("smoother", "dependent", "fourbar"),
+    ("batch", "dependent", "fourbar"),
+    ("smoother", "independent", "fourbar-crank-angle"),
+    ("batch", "independent", "slider-crank"),
+])
+def test_simulate_writes_results_and_plot(tmp_path, capsys, solver, coords, mech):
+    out_file, png = tmp_path / "run.npz", tmp_path / "run.png"
+    code, out, err = run(["simulate", str(MECHANISMS / f"{mech}.yaml"), "--t-end", "0.2",
+                          "--solver", solver, "--coords", coords, "--out", str(out_file),
+                          "--plot", str(png), "--quiet"], capsys)
+    assert code == 0, err
+    assert err == ""          # --quiet: no progress bar
+    data = np.load(out_file)
+    for name in ("t", "q", "qd", "qdd", "Q", "coords"):
+        assert name in data
+    assert data["q"].shape == (201, len(data["coords"]))
+    np.testing.assert_allclose(data["t"][-1], 0.2)
+    assert np.max(data["position_residual"]) < 1e-6
+    assert png.stat().st_size > 1000
+    assert "max |Phi|" in out
+
+
+def test_simulate_csv_output(tmp_path, capsys):
+    path = tmp_path / "run.csv"
+    code, _, err = run(["simulate", str(MECHANISMS / "pendulum1.yaml"), "--t-end", "0.05",
+                        "--out", str(path), "--quiet"], capsys)
+    assert code == 0, err
+    rows = list(csv.reader(path.open()))
+    assert rows[0][:3] == ["t", "q_x1", "q_y1"]
+    assert len(rows) == 1 + 51
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--dt", "-1"], "--dt must be positive"),
+    (["--window", "0"], "--window must be >= 1"),
+])
+def test_simulate_bad_options_one_line_exit_2(capsys, args, message):
+    code, _, err = run(["simulate", str(MECHANISMS / "fourbar.yaml"), "--quiet"] + args, capsys)
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_usage_errors_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:   # argparse exits by itself
+        main(["simulate", str(MECHANISMS / "fourbar.yaml"), "--solver", "magic"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert "invalid choice" in err and len(err.strip().splitlines()) == 1
+
+
+def test_inverse_command(tmp_path, capsys):
+    src = reference_file("ground-truth", "fourbars1-with-rel-angle-trajectory.txt")
+    lines = src.read_text().splitlines()
+    short = tmp_path / "crank.txt"
+    head = [ln for ln in lines if ln.startswith("%")]
+    data = [ln for ln in lines if ln.strip() and not ln.startswith("%")][:200]
+    short.write_text("\n".join(head + data) + "\n")
+    out_file = tmp_path / "id.csv"
+    code, out, err = run(["inverse", str(MECHANISMS / "fourbar-crank-angle.yaml"), "--trajectory",
+                          str(short), "--imposed", "theta0", "--out", str(out_file), "--quiet",
+                          "--plot", str(tmp_path / "id.png")], capsys)
+    assert code == 0, err
+    rows = list(csv.reader(out_file.open()))
+    assert len(rows) == 201 and "Q_theta0" in rows[0]
+    assert "Q[theta0]" in out
+
+
+def test_inverse_point_path_through_inverse_kinematics(tmp_path, capsys):
+    t = np.arange(41) * 5e-3
+    path = tmp_path / "path.txt"
+    np.savetxt(path, np.column_stack([t, -0.5 + 0 * t, -5.0 + 0.5 * t ** 2]), header="t x y",
+               comments="# ")
+    code, out, err = run(["inverse", str(MECHANISMS / "pick-and-place-robot.yaml"), "--point-path",
+                          str(path), "--point", "6", "--imposed", "20,21", "--quiet"], capsys)
+    assert code == 0, err
+    assert "inverse kinematics" in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--imposed", "99", "--trajectory", "x.txt"], "out of range"),
+    (["--imposed", "theta7", "--trajectory", "x.txt"], "neither an index nor a coordinate name"),
+    (["--imposed", "4"], "exactly one of --trajectory"),
+    (["--imposed", "4", "--trajectory", "/nonexistent/file.txt"], "file.txt"),
+])
+def test_inverse_bad_input_one_line_exit_2(capsys, args, message):
+    code, _, err = run(["inverse", str(MECHANISMS / "fourbar-crank-angle.yaml"), "--quiet"] + args,
+                       capsys)
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_python_dash_m_simulate_help():
+    proc = subprocess.run([sys.executable, "-m", "mbfg", "simulate", "--help"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert "--window" in proc.stdout
