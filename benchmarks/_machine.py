@@ -4,7 +4,8 @@ import platform
 
 
 def machine_info() -> str:
-    import gtsam
+    from importlib.metadata import version
+
     import numpy as np
     cpu = platform.processor() or platform.machine()
     try:
@@ -16,4 +17,4 @@ def machine_info() -> str:
     except OSError:
         pass
     return (f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}, "
-            f"numpy {np.__version__}, gtsam {getattr(gtsam, '__version__', '?')}")
+            f"numpy {np.__version__}, gtsam {version('gtsam')}")

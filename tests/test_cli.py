@@ -115,3 +115,12 @@ def test_python_dash_m_simulate_help():
                           capture_output=True, text=True)
     assert proc.returncode == 0
     assert "--window" in proc.stdout
+
+
+def test_batch_independent_fails_fast_on_singular_coordinates(capsys):
+    """fourbar.yaml has only point coordinates, each singular somewhere on the fall; the batch
+    graph keeps one set, so it must say so instead of iterating without converging."""
+    code, _, err = run(["simulate", str(MECHANISMS / "fourbar.yaml"), "--coords", "independent",
+                        "--solver", "batch", "--quiet"], capsys)
+    assert code == 2
+    assert "become singular" in err and len(err.strip().splitlines()) == 1

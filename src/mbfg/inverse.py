@@ -105,8 +105,7 @@ def solve_inverse_dynamics(mech, t, desired, imposed, actuated=None, *, coords: 
                 extra.update(zd=v[:, idx], zdd=a[:, idx])
         if stage == 4:
             p = lay.unpack(X)
-            extra = {"Q": np.stack([D.inverse_dynamics(mech, p["q"][k], p["v"][k], p["a"][k],
-                                                       actuated) for k in range(t.size)])[:, list(actuated)]}
+            extra = {"Q": D.inverse_dynamics(mech, p["q"], p["v"], p["a"], actuated)[:, list(actuated)]}
         X = _transfer(X, lay, new_lay, extra)
         lay, terms = problem.terms(stage, desired, hints)
         keys = lay.keys(range(t.size))

@@ -53,7 +53,10 @@ def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "depen
     lay = problem.layout
     N = int(round(t_end / dt))
     if init == "explicit":
-        X = problem.pack(*explicit_guess(mech, q0, qd0, dt, N))
+        guess = explicit_guess(mech, q0, qd0, dt, N)
+        if problem.indices is not None:
+            _check_indices_along(mech, problem.indices, guess[0], dt)
+        X = problem.pack(*guess)
         iterations = 0
     else:
         X, iterations = _segment_guess(problem, q0, qd0, dt, N, chunk, progress)
@@ -63,6 +66,27 @@ def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "depen
                  final_error=st.final_error, converged=st.converged,
                  seconds=time.perf_counter() - t0, steps=N)
     return trajectory_result(mech, problem, X, dt, stats)
+
+
+def _check_indices_along(mech, indices, q, dt, threshold: float = 1e-2):
+    """Fail fast (SolverError) if the independent coordinates become singular somewhere on the
+    estimated trajectory q (T, n): the batch graph keeps one set of coordinates for the whole
+    horizon, and at such a point it cannot tell the assembly branches apart.  The quality
+    measure is the smallest singular value of the rows ``indices`` of an orthonormal basis of
+    the null space of Phi_q (1 = ideal, 0 = singular)."""
+    from mbfg.errors import SolverError
+    Jall = C.constraint_jacobian(mech, q)
+    J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1)
+    _, _, Vt = np.linalg.svd(J, full_matrices=True)
+    Nb = np.swapaxes(Vt[:, J.shape[1]:, :], 1, 2)[:, list(indices), :]
+    quality = np.linalg.svd(Nb, compute_uv=False)[:, -1]
+    k = int(np.argmin(quality))
+    if quality[k] < threshold:
+        names = [mech.coordinate_names[i] for i in indices]
+        raise SolverError(
+            f"the independent coordinates {names} become singular near t = {k * dt:.3f} s "
+            f"(quality {quality[k]:.1e}); the batch graph keeps one set for the whole run: use "
+            f"the smoother (it re-partitions), dependent coordinates, or a relative angle")
 
 
 def explicit_guess(mech, q0, qd0, dt, N, coarse: int = 1):

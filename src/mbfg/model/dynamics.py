@@ -187,14 +187,17 @@ def inverse_dynamics(mech, q, qd, qdd, actuated) -> np.ndarray:
     """Applied forces on the ``actuated`` coordinates that produce ``qdd`` (least squares).
 
     Solves M qddot + Phi_q^T lambda = Q_g + E Q_a for (lambda, Q_a), E selecting the actuated
-    coordinates.  Returns the full (n,) applied-force vector (zero off the actuated ones).
-    Used for initial guesses and cross-checks; the factor graphs solve the same problem."""
+    coordinates, with a minimum-norm least-squares solve (redundant constraints make lambda
+    non-unique).  Vectorized over leading axes.  Returns the full (..., n) applied-force
+    vector (zero off the actuated ones).  Used for initial guesses and cross-checks; the
+    factor graphs solve the same problem."""
     idx = np.asarray(actuated, int)
+    q = np.asarray(q, float)
     J = C.constraint_jacobian(mech, q)
-    E = selection_matrix(mech.n, idx).T
-    A = np.hstack([J.T, -E])
-    b = mech.gravity_forces() - mech.mass_matrix() @ np.asarray(qdd, float)
-    x = np.linalg.lstsq(A, b, rcond=None)[0]
-    Q = np.zeros(mech.n)
-    Q[idx] = x[J.shape[0]:]
+    E = np.broadcast_to(selection_matrix(mech.n, idx).T, J.shape[:-2] + (mech.n, idx.size))
+    A = np.concatenate([np.swapaxes(J, -1, -2), -E], axis=-1)
+    b = mech.gravity_forces() - np.asarray(qdd, float) @ mech.mass_matrix().T
+    x = np.einsum("...ij,...j->...i", np.linalg.pinv(A), b)
+    Q = np.zeros(q.shape[:-1] + (mech.n,))
+    Q[..., idx] = x[..., J.shape[-2]:]
     return Q
