@@ -24,6 +24,23 @@ def _slots(*names):
     return deco
 
 
+def _phi_q(mech, p):
+    """Phi_q(q) of the slot dict ``p``, computed once per evaluation and shared by the
+    families of the same step (a StackedTerm evaluates several on one dict)."""
+    J = p.get("_Phi_q")
+    if J is None:
+        J = p["_Phi_q"] = C.constraint_jacobian(mech, p["q"])
+    return J
+
+
+def _phi_q_dot(mech, p):
+    """dPhi_q/dt(q, v) of the slot dict ``p``, cached like :func:`_phi_q`."""
+    Jd = p.get("_Phi_q_dot")
+    if Jd is None:
+        Jd = p["_Phi_q_dot"] = C.constraint_jacobian_dot(mech, p["q"], p["v"])
+    return Jd
+
+
 def _selection(n, idx):
     S = np.zeros((len(idx), n))
     S[np.arange(len(idx)), idx] = 1.0
@@ -34,9 +51,8 @@ def position_constraints_residual(mech):
     """f_pc^d (Eq. 24): e = Phi(q), de/dq = Phi_q (m rows)."""
     @_slots("q")
     def f(p, jacobians=True):
-        q = p["q"]
-        e = C.position_constraints(mech, q)
-        return e, ({"q": C.constraint_jacobian(mech, q)} if jacobians else None)
+        e = C.position_constraints(mech, p["q"])
+        return e, ({"q": _phi_q(mech, p)} if jacobians else None)
     return f
 
 
@@ -44,10 +60,10 @@ def velocity_constraints_residual(mech):
     """f_vc^d (Eq. 25): e = Phi_q(q) v; de/dq = (Phi_q v)_q = dPhi_q/dt, de/dv = Phi_q."""
     @_slots("q", "v")
     def f(p, jacobians=True):
-        q, v = p["q"], p["v"]
-        J = C.constraint_jacobian(mech, q)
+        v = p["v"]
+        J = _phi_q(mech, p)
         e = np.einsum("tkn,tn->tk", J, v)
-        return e, ({"q": C.constraint_jacobian_dot(mech, q, v), "v": J} if jacobians else None)
+        return e, ({"q": _phi_q_dot(mech, p), "v": J} if jacobians else None)
     return f
 
 
@@ -56,12 +72,12 @@ def acceleration_constraints_residual(mech):
     @_slots("q", "v", "a")
     def f(p, jacobians=True):
         q, v, a = p["q"], p["v"], p["a"]
-        J = C.constraint_jacobian(mech, q)
-        Jdot = C.constraint_jacobian_dot(mech, q, v)
+        J = _phi_q(mech, p)
+        Jdot = _phi_q_dot(mech, p)
         e = np.einsum("tkn,tn->tk", Jdot, v) + np.einsum("tkn,tn->tk", J, a)
         if not jacobians:
             return e, None
-        return e, {"q": C.acceleration_bias_jacobian(mech, q, v) + C.hessian_times(mech, q, a),
+        return e, {"q": C.acceleration_bias_jacobian(mech, q, v, J) + C.hessian_times(mech, q, a),
                    "v": 2.0 * Jdot, "a": J}
     return f
 
@@ -96,7 +112,8 @@ def dynamics_residual(mech, *, forces=None, force_slot=None, accel_slot="a", ind
             Q[..., fidx] = p[force_slot]
         if not jacobians:
             return sel(D.forward_dynamics(mech, q, v, Q, baumgarte=baumgarte)) - acc, None
-        dyn = D.forward_dynamics_jacobians(mech, q, v, Q, baumgarte=baumgarte)
+        dyn = D.forward_dynamics_jacobians(mech, q, v, Q, baumgarte=baumgarte,
+                                           J=_phi_q(mech, p), Jdot=_phi_q_dot(mech, p))
         e = sel(dyn.qdd) - acc
         k = e.shape[1]
         J = {"q": sel(dyn.d_q), "v": sel(dyn.d_qd),

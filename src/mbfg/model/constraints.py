@@ -150,8 +150,10 @@ def acceleration_bias(mech, q, qd):
     return np.einsum("...kn,...n->...k", hessian_times(mech, q, qd), qd)
 
 
-def acceleration_bias_jacobian(mech, q, qd):
-    """d(dPhi_q/dt qdot)/dq, shape (..., m, n).  Zero for the quadratic rows."""
+def acceleration_bias_jacobian(mech, q, qd, J=None):
+    """d(dPhi_q/dt qdot)/dq, shape (..., m, n).  Zero for the quadratic rows.
+
+    ``J``: Phi_q(q) if already computed."""
     q2, lead = _flat(mech, q)
     qd2 = np.broadcast_to(np.asarray(qd, dtype=float), np.shape(q)).reshape(-1, mech.n)
     out = np.zeros((q2.shape[0], mech.m, mech.n))
@@ -162,7 +164,7 @@ def acceleration_bias_jacobian(mech, q, qd):
         ddx = np.einsum("an,tn->ta", D[:, 0, :], qd2)
         ddy = np.einsum("an,tn->ta", D[:, 1, :], qd2)
         thd = qd2[:, mech.angle_coords]
-        J = constraint_jacobian(mech, q2)[:, mq:]
+        J = (constraint_jacobian(mech, q2) if J is None else J.reshape(-1, mech.m, mech.n))[:, mq:]
         out[:, mq:] = (mech.angle_onehot * (2.0 * thd * (-s * ddx + c * ddy))[..., None]
                        - (thd ** 2)[..., None] * J)
     return out.reshape(lead + (mech.m, mech.n))

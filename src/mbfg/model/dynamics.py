@@ -70,12 +70,15 @@ def _kkt(mech, J):
     return K
 
 
-def _rhs_c(mech, q, qd, baumgarte, rows=None):
-    """Independent rows (per state), their Jacobian and the acceleration right-hand side c."""
-    Jall = C.constraint_jacobian(mech, q)
+def _rhs_c(mech, q, qd, baumgarte, rows=None, Jall=None, Jdot=None):
+    """Independent rows (per state), their Jacobian and the acceleration right-hand side c.
+    ``Jall``, ``Jdot``: Phi_q(q) and dPhi_q/dt(q, qd) of all rows, if already computed."""
+    Jall = C.constraint_jacobian(mech, q) if Jall is None else Jall
     rows = C.independent_rows(mech, q, Jall) if rows is None else rows
     J = C.take_rows(Jall, rows, 1)
-    c = -C.take_rows(C.acceleration_bias(mech, q, qd), rows)
+    bias = (C.acceleration_bias(mech, q, qd) if Jdot is None
+            else np.einsum("...kn,...n->...k", Jdot, qd))
+    c = -C.take_rows(bias, rows)
     if baumgarte is not None:
         z, w = baumgarte.zeta, baumgarte.omega
         c = (c - 2.0 * z * w * np.einsum("...kn,...n->...k", J, qd)
@@ -121,16 +124,19 @@ def _scatter_multipliers(mech, rows, lam_r):
     return lam
 
 
-def forward_dynamics_jacobians(mech, q, qd, Q=None, *,
-                               baumgarte: Baumgarte | None = None) -> DynamicsJacobians:
+def forward_dynamics_jacobians(mech, q, qd, Q=None, *, baumgarte: Baumgarte | None = None,
+                               J=None, Jdot=None) -> DynamicsJacobians:
     """qddot and its exact Jacobians d qddot/dq, d qddot/dqdot, d qddot/dQ (Eqs. 26d, 28d-g).
 
-    Vectorized over leading axes of q, qd, Q."""
+    Vectorized over leading axes of q, qd, Q.  ``J`` = Phi_q(q) and ``Jdot`` = dPhi_q/dt(q, qd)
+    may be passed when the caller already has them (factor graphs evaluate them for the
+    constraint factors of the same step)."""
     q = np.asarray(q, float)
     qd = np.asarray(qd, float)
     n = mech.n
     lead = q.shape[:-1]
-    rows, J, c = _rhs_c(mech, q, qd, baumgarte)
+    Jall, Jdot_all = J, Jdot
+    rows, J, c = _rhs_c(mech, q, qd, baumgarte, Jall=Jall, Jdot=Jdot_all)
     mr = rows.shape[-1]
     K = _kkt(mech, J)
     rhs = np.concatenate([_applied(mech, Q, lead), c], axis=-1)
@@ -138,11 +144,12 @@ def forward_dynamics_jacobians(mech, q, qd, Q=None, *,
     qdd, lam_r = sol[..., :n], sol[..., n:]
 
     # derivative right-hand sides, each (..., n + mr, n)
-    Jdot = C.take_rows(C.constraint_jacobian_dot(mech, q, qd), rows, 1)
+    Jdot = C.take_rows(C.constraint_jacobian_dot(mech, q, qd) if Jdot_all is None else Jdot_all,
+                       rows, 1)
     lam = _scatter_multipliers(mech, rows, lam_r)
     Rq = np.zeros(lead + (n + mr, n))
     Rq[..., :n, :] = -C.hessian_weighted_sum(mech, q, lam)
-    Rq[..., n:, :] = -C.take_rows(C.acceleration_bias_jacobian(mech, q, qd)
+    Rq[..., n:, :] = -C.take_rows(C.acceleration_bias_jacobian(mech, q, qd, Jall)
                                   + C.hessian_times(mech, q, qdd), rows, 1)
     Rqd = np.zeros(lead + (n + mr, n))
     Rqd[..., n:, :] = -2.0 * Jdot
