@@ -30,14 +30,43 @@ def _transfer(X, old, new, extra=None) -> np.ndarray:
     return out
 
 
-def positions_by_continuation(mech, imposed, desired, q_guess=None) -> np.ndarray:
-    """q (N, n) with q[imposed] = desired by finite displacement, step after step from the
-    previous solution (keeps the assembly branch)."""
+def positions_by_continuation(mech, imposed, desired, q_guess=None, stride: int = 10,
+                              tol: float = 1e-12) -> np.ndarray:
+    """q (N, n) with q[imposed] = desired on the assembly branch of ``q_guess`` (default q0).
+
+    Finite displacement by continuation on every ``stride``-th sample (each solve starts
+    from a linear extrapolation of the previous ones, which keeps the branch), linear
+    interpolation in between, then Newton on all samples at once (vectorized minimum-norm
+    least-squares steps with the imposed coordinates held).  Samples that do not converge
+    that way are solved one by one from their predecessor."""
+    desired = np.asarray(desired, float)
+    N = desired.shape[0]
+    imposed = list(imposed)
+    coarse = np.unique(np.r_[np.arange(0, N, max(1, int(stride))), N - 1])
+    qc = np.empty((coarse.size, mech.n))
     q = np.array(mech.q0 if q_guess is None else q_guess, float)
-    out = np.empty((desired.shape[0], mech.n))
-    for k in range(desired.shape[0]):
-        q = K.solve_finite_displacement(mech, q, imposed, desired[k])
-        out[k] = q
+    for i, k in enumerate(coarse):
+        guess = q if i < 2 else qc[i - 1] + (qc[i - 1] - qc[i - 2]) * (k - coarse[i - 1]) / (
+            coarse[i - 1] - coarse[i - 2])
+        q = qc[i] = K.solve_finite_displacement(mech, guess, imposed, desired[k], tol=tol)
+    out = np.empty((N, mech.n))
+    for j in range(mech.n):
+        out[:, j] = np.interp(np.arange(N), coarse, qc[:, j])
+    out[:, imposed] = desired
+    free = np.setdiff1d(np.arange(mech.n), imposed)
+    from mbfg.model import constraints as C
+    for _ in range(20):
+        phi = C.position_constraints(mech, out)
+        bad = np.max(np.abs(phi), axis=1) > tol
+        if not bad.any():
+            return out
+        J = C.constraint_jacobian(mech, out[bad])[:, :, free]
+        step = np.einsum("tij,tj->ti", np.linalg.pinv(J), -phi[bad])
+        rows = np.flatnonzero(bad)
+        out[np.ix_(rows, free)] += step
+    for k in np.flatnonzero(np.max(np.abs(C.position_constraints(mech, out)), axis=1) > tol):
+        prev = out[k - 1] if k > 0 else np.array(mech.q0, float)
+        out[k] = K.solve_finite_displacement(mech, prev, imposed, desired[k], tol=tol)
     return out
 
 
