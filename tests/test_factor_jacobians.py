@@ -178,3 +178,35 @@ def test_zero_precision_leaves_component_free():
     Q[0] = 1e-3            # not actuated: penalized with sigma 1e-3
     values.update(K.Q(0), Q)
     assert prior.error(values) == pytest.approx(0.5)
+
+
+def test_four_key_linear_factor_has_a_noise_model():
+    """The trapezoidal integrator (4 keys) goes through gtsam's Hessian -> Jacobian conversion,
+    which left no noise model; dim() on it then crashed the interpreter."""
+    f = F.trapezoidal_integrator_factor(K.q(0), K.q(1), K.v(0), K.v(1), 1e-3, 3, 1e-3)
+    assert f.dim() == 3
+
+
+def test_gtsam_optimizers_solve_mbfg_graphs():
+    """Users can hand a graph of mbfg factors to gtsam's own optimizers (with QR, as the tight
+    constraint sigmas require): a pendulum released from rest, one trapezoidal step."""
+    mech, idx, _ = state_values("fourbar", 0)
+    dt = 1e-3
+    g = gtsam.NonlinearFactorGraph()
+    g.add(F.prior_factor(K.q(0), mech.q0, 1e-8))
+    g.add(F.prior_factor(K.v(0), np.zeros(mech.n), 1e-8))
+    values = gtsam.Values()
+    for k in range(2):
+        g.add(F.position_constraint_factor(mech, K.q(k)))
+        g.add(F.velocity_constraint_factor(mech, K.q(k), K.v(k)))
+        g.add(F.forward_dynamics_factor(mech, K.q(k), K.v(k), K.a(k)))
+        for key in (K.q(k), K.v(k), K.a(k)):
+            values.insert(key, mech.q0 if key == K.q(k) else np.zeros(mech.n))
+    g.add(F.trapezoidal_integrator_factor(K.q(0), K.q(1), K.v(0), K.v(1), dt, mech.n, 1e-3))
+    g.add(F.trapezoidal_integrator_factor(K.v(0), K.v(1), K.a(0), K.a(1), dt, mech.n, 1e-3))
+    params = F.lm_params()
+    result = gtsam.LevenbergMarquardtOptimizer(g, values, params).optimize()
+    assert g.error(result) < 1e-6 * g.error(values)
+    from mbfg.model.dynamics import forward_dynamics
+    a0 = forward_dynamics(mech, mech.q0, np.zeros(mech.n))
+    np.testing.assert_allclose(result.atVector(K.a(0)), a0, rtol=1e-6, atol=1e-9)

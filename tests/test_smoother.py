@@ -135,3 +135,31 @@ def test_invalid_window():
     mech = load("pendulum1")
     with pytest.raises(ValueError):
         simulate_smoother(mech, 0.01, 1e-3, window=0)
+
+
+OFFSET_SLIDER_CRANK = """
+parameters: {r: 0.12, l: 0.40, e: -0.04, th0: deg2rad(75)}
+points:
+  - {x: 0, y: 0, fixed: true}
+  - {x: r*cos(th0), y: r*sin(th0)}
+  - {x: x1 + sqrt(l^2 - (y1 - e)^2), y: e}
+planar_bodies:
+  - {points: [0, 1], length: r, mass: 0.6, I0: (1/3)*mass*length^2, cog: [0.5*length, 0]}
+  - {points: [1, 2], length: l, mass: 1.2, I0: (1/3)*mass*length^2, cog: [0.5*length, 0]}
+constraints:
+  - {type: fixed_slider, point: 2, line: [[0, e], [1, e]]}
+relative_coordinates:
+  - {type: RelativeAngleAbsoluteDOF, points: [0, 1]}
+"""
+
+
+def test_smoother_passes_the_dead_centre_of_an_offset_slider_crank():
+    """Regression: with 1e-6 constraint sigmas the window problem near the inner dead centre
+    (t ~ 1.09 s) was so ill-conditioned that Gauss-Newton stalled."""
+    import mbfg
+    mech = mbfg.mechanism_from_yaml(OFFSET_SLIDER_CRANK, "offset-slider-crank.yaml")
+    res = simulate_smoother(mech, 1.3, 1e-3)
+    assert res.stats["converged"]
+    assert res.position_residual.max() <= 1e-6
+    ref = integrate_reference(mech, 1.3, 1e-3, rtol=1e-11, atol=1e-11)
+    assert rmse(res.q[:, :4], ref.q[:, :4]) < 0.5e-3

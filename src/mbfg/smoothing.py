@@ -13,7 +13,7 @@ def simulate_smoother(mech, t_end: float, dt: float = 1e-3, *, coords: str = "de
                       integrator: str = "trapezoidal", window: int = 2, q0=None, qd0=None,
                       indices=None, settings: ForwardSettings | None = None, progress=None,
                       max_iterations: int = 10, relative_tolerance: float = 1e-6,
-                      absolute_tolerance: float = 1e-10,
+                      absolute_tolerance: float = 1e-8,
                       reselect: float | None = 0.9) -> TrajectoryResult:
     """Forward dynamics step by step with a fixed-lag smoother of ``window`` steps.
 

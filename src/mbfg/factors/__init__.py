@@ -8,6 +8,8 @@
 * :mod:`~mbfg.factors.adapter`: the checked CustomFactor adapter;
 * :mod:`~mbfg.factors.checking`: finite-difference verification of any gtsam factor.
 """
+import gtsam
+
 from mbfg.factors import keys
 from mbfg.factors.adapter import FactorSpec, MultibodyFactor, custom_factor, noise_model
 from mbfg.factors.linear import (equality_factor, euler_integrator_factor, linear_factor,
@@ -20,8 +22,23 @@ from mbfg.factors.multibody import (acceleration_constraint_factor, forward_dyna
                                     inverse_dynamics_factor, position_constraint_factor,
                                     unactuated_force_prior, velocity_constraint_factor)
 
+
+
+def lm_params(**settings) -> gtsam.LevenbergMarquardtParams:
+    """Levenberg-Marquardt parameters suited to multibody graphs: multifrontal QR elimination.
+
+    gtsam's default Cholesky elimination stalls (and the optimizer returns its initial values)
+    when constraint factors are many orders of magnitude tighter than the others, as they are
+    here.  ``settings`` are set by name, e.g. ``lm_params(maxIterations=20)``."""
+    params = gtsam.LevenbergMarquardtParams()
+    params.setLinearSolverType("MULTIFRONTAL_QR")
+    for name, value in settings.items():
+        setattr(params, name, value)
+    return params
+
+
 __all__ = [
-    "keys", "FactorSpec", "MultibodyFactor", "custom_factor", "noise_model",
+    "lm_params", "keys", "FactorSpec", "MultibodyFactor", "custom_factor", "noise_model",
     "equality_factor", "euler_integrator_factor", "linear_factor", "prior_factor",
     "trapezoidal_integrator_factor", "acceleration_constraint_factor", "forward_dynamics_factor",
     "independent_acceleration_factor", "independent_forward_dynamics_factor",

@@ -27,14 +27,18 @@ class ForwardSettings:
     """Time step, integrator and noise (standard deviations, in the units of each residual).
 
     The physics factors (integrators, dynamics) share one sigma; the constraint factors are
-    tighter so the trajectory stays on the constraint manifold (|Phi| at round-off level),
-    which is what a projection step does in a classical integrator.
+    tighter so the trajectory stays on the constraint manifold, which is what a projection
+    step does in a classical integrator.  ``sigma_constraints=None`` picks 1e-4 for the
+    trapezoidal rule (|Phi| ~ 1e-10 on the four-bar; a 1e-6 sigma makes the window problems
+    of the smoother so ill-conditioned that Gauss-Newton stalls near the dead centre of an
+    offset slider-crank) and 1e-6 for Euler, whose larger O(dt^2) integrator residuals would
+    otherwise pull the states off the constraints by ~1e-5.
     """
     dt: float = 1e-3
     integrator: str = "trapezoidal"     # or "euler"
     sigma_integrator: float = 1e-3
     sigma_dynamics: float = 1e-3
-    sigma_constraints: float = 1e-6
+    sigma_constraints: float | None = None
     sigma_prior: float = 1e-8
     sigma_prior_q_approx: float = 1.0
     sigma_equality: float = 10.0
@@ -43,6 +47,9 @@ class ForwardSettings:
     def __post_init__(self):
         if self.integrator not in ("trapezoidal", "euler"):
             raise ValueError(f"integrator must be 'trapezoidal' or 'euler', got {self.integrator!r}")
+        if self.sigma_constraints is None:
+            object.__setattr__(self, "sigma_constraints",
+                               1e-4 if self.integrator == "trapezoidal" else 1e-6)
 
 
 class ForwardProblem:

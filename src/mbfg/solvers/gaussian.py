@@ -48,7 +48,11 @@ def gaussian_factor(keys, blocks, b):
     if len(keys) == 3:
         return gtsam.JacobianFactor(keys[0], blocks[0], keys[1], blocks[1], keys[2], blocks[2], b,
                                     unit_noise(r))
-    return gtsam.JacobianFactor(hessian_factor(keys, blocks, b))
+    jf = gtsam.JacobianFactor(hessian_factor(keys, blocks, b))
+    # the conversion leaves no noise model, and gtsam then crashes in e.g.
+    # LinearContainerFactor.dim(); the rows are already whitened, so it is the unit model
+    jf.setModel(False, np.ones(jf.rows()))
+    return jf
 
 
 def hessian_factor(keys, blocks, b):

@@ -90,7 +90,7 @@ class FixedLagSmoother:
     """
 
     def __init__(self, problem, window: int = 2, *, max_iterations: int = 10,
-                 relative_tolerance: float = 1e-6, absolute_tolerance: float = 1e-10,
+                 relative_tolerance: float = 1e-6, absolute_tolerance: float = 1e-8,
                  reselect: float | None = 0.9):
         window = int(window)
         if window < 1:
