@@ -210,3 +210,23 @@ def test_gtsam_optimizers_solve_mbfg_graphs():
     from mbfg.model.dynamics import forward_dynamics
     a0 = forward_dynamics(mech, mech.q0, np.zeros(mech.n))
     np.testing.assert_allclose(result.atVector(K.a(0)), a0, rtol=1e-6, atol=1e-9)
+
+
+def test_inverse_dynamics_factors_fix_unactuated_forces():
+    """One step of Fig. 4 by hand: with q, qdot, qddot held, the graph's Q is the motor torque
+    of the equations of motion, and the non-actuated components stay zero."""
+    from mbfg.model.dynamics import inverse_dynamics
+    mech, idx, values = state_values("fourbar-crank-angle", 1)
+    q, qd, qdd = fd_states("fourbar-crank-angle")[1][0]
+    g = gtsam.NonlinearFactorGraph()
+    for key, x in ((K.q(0), q), (K.v(0), qd), (K.a(0), qdd)):
+        g.add(F.prior_factor(key, x, 1e-9))
+    for f in F.inverse_dynamics_factors(mech, K.q(0), K.v(0), K.a(0), K.Q(0), actuated=[4]):
+        g.add(f)
+    v = gtsam.Values()
+    for key, x in ((K.q(0), q), (K.v(0), qd), (K.a(0), qdd), (K.Q(0), np.zeros(mech.n))):
+        v.insert(key, x)
+    result = gtsam.LevenbergMarquardtOptimizer(g, v, F.lm_params()).optimize()
+    Q = result.atVector(K.Q(0))
+    expected = inverse_dynamics(mech, q, qd, qdd, [4])
+    np.testing.assert_allclose(Q, expected, rtol=1e-6, atol=1e-6)

@@ -19,7 +19,8 @@ from mbfg.factors.multibody import (acceleration_constraint_factor, forward_dyna
                                     independent_forward_dynamics_factor,
                                     independent_inverse_dynamics_factor,
                                     independent_position_factor, independent_velocity_factor,
-                                    inverse_dynamics_factor, position_constraint_factor,
+                                    inverse_dynamics_factor, inverse_dynamics_factors,
+                                    position_constraint_factor,
                                     unactuated_force_prior, velocity_constraint_factor)
 
 
@@ -43,6 +44,6 @@ __all__ = [
     "trapezoidal_integrator_factor", "acceleration_constraint_factor", "forward_dynamics_factor",
     "independent_acceleration_factor", "independent_forward_dynamics_factor",
     "independent_inverse_dynamics_factor", "independent_position_factor",
-    "independent_velocity_factor", "inverse_dynamics_factor", "position_constraint_factor",
+    "independent_velocity_factor", "inverse_dynamics_factor", "inverse_dynamics_factors", "position_constraint_factor",
     "unactuated_force_prior", "velocity_constraint_factor",
 ]

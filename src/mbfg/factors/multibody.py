@@ -64,6 +64,25 @@ def inverse_dynamics_factor(mech, q_key, v_key, a_key, Q_key, sigma=1e-3, *, bau
     return custom_factor(spec, sigma)
 
 
+def inverse_dynamics_factors(mech, q_key, v_key, a_key, Q_key, actuated, sigma=1e-3, *,
+                             sigma_unactuated=1e-6, indices=None, zdd_key=None,
+                             baumgarte=None) -> list:
+    """The inverse-dynamics factors of one step for a set of ``actuated`` coordinates (Sect.
+    5.3): f_idyn^d (or f_idyn^i with ``indices`` and ``zdd_key``) plus the zero prior on the
+    non-actuated components of Q_k.  Returns a list to add to a graph."""
+    if indices is None:
+        dyn = inverse_dynamics_factor(mech, q_key, v_key, a_key, Q_key, sigma, baumgarte=baumgarte)
+    else:
+        if zdd_key is None:
+            raise ValueError("independent coordinates need zdd_key")
+        dyn = independent_inverse_dynamics_factor(mech, q_key, v_key, zdd_key, Q_key, indices,
+                                                  sigma, baumgarte=baumgarte)
+    out = [dyn]
+    if len(set(int(i) for i in actuated)) < mech.n:
+        out.append(unactuated_force_prior(mech, Q_key, actuated, sigma_unactuated))
+    return out
+
+
 def unactuated_force_prior(mech, Q_key, actuated, sigma=1e-6):
     """Prior Q_k[j] = 0 for every non-actuated coordinate j (zero precision on the actuated
     ones, which the inverse-dynamics factor determines)."""
