@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mbfg  # noqa: E402
 from _machine import machine_info  # noqa: E402
-from mbfg.errors import ConvergenceError  # noqa: E402
+from mbfg.errors import MbfgError  # noqa: E402
 from mbfg.model import constraints as C  # noqa: E402
 from mbfg.model.integrate import integrate_reference  # noqa: E402
 from mbfg.simulation import simulate_batch  # noqa: E402
@@ -34,10 +34,11 @@ def row(label, solver, run, ref, mech, steps):
     t0 = time.perf_counter()
     try:
         res = run()
-    except ConvergenceError as exc:
+    except MbfgError as exc:
         total = time.perf_counter() - t0
-        return (f"| {label} | {solver} | did not converge ({exc.residual:.1e}) | | | "
-                f"{total:.1f} |")
+        why = (f"did not converge ({exc.residual:.1e})" if hasattr(exc, "residual")
+               else "refused: " + str(exc).split(";")[0])
+        return f"| {label} | {solver} | {why} | | | {total:.1f} |"
     total = time.perf_counter() - t0
     q = res.q[:, :ref.shape[1]]
     err = 1e3 * np.sqrt(np.mean((q - ref) ** 2))

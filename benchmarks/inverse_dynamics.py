@@ -24,8 +24,23 @@ ROOT = Path(__file__).resolve().parents[1]
 GT = ROOT.parent / "shared" / "reference-data" / "ground-truth"
 
 
+REPEAT = 3
+"""Runs per case; the table shows the fastest (timings on shared 2-core machines vary by up
+to 2x between runs of the same solve)."""
+
+
+def best_of(n, run):
+    best, result = float("inf"), None
+    for _ in range(n):
+        t0 = time.perf_counter()
+        result = run()
+        best = min(best, time.perf_counter() - t0)
+    return result, best
+
+
 def main():
     print(f"# inverse dynamics\n{machine_info()}\n")
+    print(f"best of {REPEAT} runs\n")
     print("| mechanism | coords | points | time [s] | paper (C++) | stage times [s] | accuracy |")
     print("|---|---|---:|---:|---:|---|---|")
     fourbar = mbfg.load_mechanism(ROOT / "mechanisms" / "fourbar-crank-angle.yaml")
@@ -36,9 +51,7 @@ def main():
     xy, _, _ = l_path(tr)
     ix = robot.coordinate_names.index("x6")
     for coords in ("dependent", "independent"):
-        t0 = time.perf_counter()
-        res = solve_inverse_dynamics(fourbar, t, theta, [4], coords=coords)
-        el = time.perf_counter() - t0
+        res, el = best_of(REPEAT, lambda: solve_inverse_dynamics(fourbar, t, theta, [4], coords=coords))
         ref = -adams[:, 1]
         rms = np.sqrt(np.mean((res.Q[:, 4] - ref) ** 2)) / np.max(np.abs(ref))
         stages = ", ".join(f"{s['seconds']:.2f}" for s in res.stats["stages"])
@@ -46,9 +59,8 @@ def main():
               f"{100 * rms:.3f} % of peak; following error "
               f"{np.degrees(res.stats['max_following_error']):.1e} deg |")
     for coords in ("dependent", "independent"):
-        t0 = time.perf_counter()
-        res = solve_inverse_dynamics(robot, tr, angles, [20, 21], coords=coords)
-        el = time.perf_counter() - t0
+        res, el = best_of(REPEAT, lambda: solve_inverse_dynamics(robot, tr, angles, [20, 21],
+                                                                 coords=coords))
         dev = np.max(np.hypot(*(res.q[:, ix:ix + 2] - xy).T))
         stages = ", ".join(f"{s['seconds']:.2f}" for s in res.stats["stages"])
         print(f"| parallel robot | {coords} | {tr.size} | {el:.2f} | 15.9 | {stages} | point 6 "

@@ -28,14 +28,20 @@ def noise_model(sigmas, dim: int):
     return gtsam.noiseModel.Diagonal.Sigmas(s)
 
 
-def _check(name, what, array, shape):
+def _check(name, what, array, shape, key=None):
+    """Raise FactorJacobianError unless ``array`` is a finite float64 array of ``shape``
+    (``what`` names it; with ``key`` it is a Jacobian w.r.t. that key, named lazily)."""
+    if (isinstance(array, np.ndarray) and array.dtype == np.float64 and array.shape == shape
+            and np.isfinite(array).all()):
+        return
+    if key is not None:
+        what = f"Jacobian w.r.t. {key_name(key)}"
     if not isinstance(array, np.ndarray) or array.dtype != np.float64:
         raise FactorJacobianError(f"{name}: {what} must be a float64 numpy array, got "
                                   f"{type(array).__name__} {getattr(array, 'dtype', '')}")
     if array.shape != shape:
         raise FactorJacobianError(f"{name}: {what} has shape {array.shape}, expected {shape}")
-    if not np.all(np.isfinite(array)):
-        raise FactorJacobianError(f"{name}: {what} is not finite")
+    raise FactorJacobianError(f"{name}: {what} is not finite")
 
 
 class FactorSpec:
@@ -86,7 +92,7 @@ class FactorSpec:
             if slot not in J:
                 raise FactorJacobianError(f"{self.name}: no Jacobian for {key_name(k)}")
             Hk = np.ascontiguousarray(J[slot][0]) if isinstance(J[slot], np.ndarray) else J[slot]
-            _check(self.name, f"Jacobian w.r.t. {key_name(k)}", Hk, (self.error_dim, d))
+            _check(self.name, None, Hk, (self.error_dim, d), key=k)
             Hs.append(Hk)
         return e, Hs
 

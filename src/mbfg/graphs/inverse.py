@@ -92,7 +92,9 @@ class InverseProblem:
         w = 1.0 / s.sigma_desired
         imp = list(self.imposed)
         out = [L.UnaryLinear(rows, w * lay.selector("q")[imp], w * np.asarray(desired, float))]
-        links, eq = [], ["q"]
+        # f_eq ties consecutive q in stage 1; from stage 2 on the integrators do, and its 20+
+        # rows per step only cost elimination time (its weight is ~1e-6 of theirs)
+        links, eq = [], (["q"] if stage == 1 else [])
         fams = []
         if self.indices is None:
             fams.append((T.position_constraints_residual(mech), s.sigma_constraints))
