@@ -22,6 +22,7 @@ from mbfg.factors.multibody import (acceleration_constraint_factor, forward_dyna
                                     inverse_dynamics_factor, inverse_dynamics_factors,
                                     position_constraint_factor,
                                     unactuated_force_prior, velocity_constraint_factor)
+from mbfg.factors.sensors import observation_factor
 
 
 
@@ -45,5 +46,5 @@ __all__ = [
     "independent_acceleration_factor", "independent_forward_dynamics_factor",
     "independent_inverse_dynamics_factor", "independent_position_factor",
     "independent_velocity_factor", "inverse_dynamics_factor", "inverse_dynamics_factors", "position_constraint_factor",
-    "unactuated_force_prior", "velocity_constraint_factor",
+    "unactuated_force_prior", "velocity_constraint_factor", "observation_factor",
 ]

@@ -1,0 +1,717 @@
+"""Sensors of a planar mechanism: measurement functions with exact Jacobians.
+
+Each sensor is an immutable dataclass with a noise standard deviation ``sigma`` (per reading,
+in the reading's units), a sampling ``period`` (it reads at steps 0, period, 2 period, ...;
+the other steps simply have no reading) and an optional ``name``.  It provides
+
+* ``measure(mech, q, qd, qdd)``: the noise-free reading h(x), vectorized: inputs (..., n)
+  give (..., k) (so (T, n) -> (T, k));
+* ``jacobians(mech, q, qd, qdd)``: ``{slot: dh/dslot (..., k, n)}`` for the slots it depends
+  on, named as the factor slots of :mod:`mbfg.factors.keys`: ``"q"`` (positions), ``"v"``
+  (velocities), ``"a"`` (accelerations); ``sensor.slots`` lists them in that order;
+* ``dim`` (k) and ``angular`` (readings are angles: residuals are wrapped to (-pi, pi]).
+
+Arguments a sensor does not depend on may be ``None``.  Measurement functions (see
+``docs/sensors.md``), with r0, r1 the first two points of a body, d = r1 - r0 and L the body's
+model length (``BodySpec.length``):
+
+==================  ==========================================================  ========
+sensor              reading h                                                   units
+==================  ==========================================================  ========
+``AngleEncoder``    ``q[k]`` (relative angle k) or ``atan2(d_y, d_x)`` (body)    rad
+``Gyroscope``       ``(d_x ddot_y - d_y ddot_x) / (d_x^2 + d_y^2)``              rad/s
+``Accelerometer``   ``n . (a_P - g)``, specific force along a body-fixed axis    m/s^2
+``Marker``          ``(x, y)`` of a point                                        m
+``Distance``        ``|r_i - r_j|``                                              m
+==================  ==========================================================  ========
+
+:class:`SensorSet` groups sensors (``measure`` stacks them, ``synthesize`` simulates noisy
+readings respecting the periods); :func:`load_sensors` reads the ``sensors:`` YAML format.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import yaml
+
+from mbfg.errors import SchemaError, YamlSyntaxError
+
+__all__ = ["Sensor", "AngleEncoder", "Gyroscope", "Accelerometer", "Marker", "Distance",
+           "SensorSet", "Readings", "SENSOR_TYPES", "load_sensors", "parse_sensors",
+           "wrap_angle"]
+
+_R90 = np.array([[0.0, -1.0], [1.0, 0.0]])  # +90 deg rotation: perp(v) = _R90 @ v
+
+
+def wrap_angle(x):
+    """Angle(s) wrapped to (-pi, pi] as ``atan2(sin x, cos x)``."""
+    x = np.asarray(x, float)
+    return np.arctan2(np.sin(x), np.cos(x))
+
+
+# ------------------------------------------------------------------------ kinematic helpers
+def _vec(x, mech, what):
+    if x is None:
+        raise ValueError(f"this sensor needs {what}")
+    x = np.asarray(x, dtype=float)
+    if x.shape[-1:] != (mech.n,):
+        raise ValueError(f"{what} must have shape (..., {mech.n}), got {x.shape}")
+    return x
+
+
+def _point_affine(mech, p):
+    """(S (2, n), c (2,)) with r_p = S q + c."""
+    return mech.point_selection[p], mech.point_fixed_xy[p]
+
+
+def _body(mech, b):
+    spec = mech.spec.bodies[b]
+    p0, p1 = spec.points[0], spec.points[1]
+    S0, c0 = _point_affine(mech, p0)
+    S1, c1 = _point_affine(mech, p1)
+    return S0, c0, S1 - S0, c1 - c0, float(spec.length)  # r0 = S0 q + c0, d = D q + d0
+
+
+def _apply(A, x):
+    """A (k, n) @ x (..., n) -> (..., k)."""
+    return np.einsum("kn,...n->...k", A, x)
+
+
+def _rows_times(w, A):
+    """w (..., k) times A (k, n) -> (..., n) (a row vector times a constant matrix)."""
+    return np.einsum("...k,kn->...n", w, A)
+
+
+def _check_positive(value, what):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or not value > 0:
+        raise ValueError(f"{what} must be a positive finite number, got {value!r}")
+
+
+# -------------------------------------------------------------------------------- sensors
+@dataclass(frozen=True, kw_only=True)
+class Sensor:
+    """Common fields: ``sigma`` (standard deviation of one reading, in its units, > 0),
+    ``period`` (int >= 1: the sensor reads every ``period``-th step, starting at step 0) and
+    an optional ``name``."""
+
+    sigma: float
+    period: int = 1
+    name: str | None = None
+
+    kind = "sensor"
+    slots = ()
+    angular = False
+    dim = 1
+
+    def __post_init__(self):
+        _check_positive(self.sigma, "sigma")
+        if isinstance(self.period, bool) or not isinstance(self.period, (int, np.integer)) \
+                or self.period < 1:
+            raise ValueError(f"period must be an integer >= 1, got {self.period!r}")
+        object.__setattr__(self, "sigma", float(self.sigma))
+        object.__setattr__(self, "period", int(self.period))
+
+    @property
+    def label(self) -> str:
+        """``name`` or a description such as ``gyroscope(body 1)``."""
+        return self.name or self._describe()
+
+    def _describe(self) -> str:  # pragma: no cover - overridden
+        return self.kind
+
+    def component_labels(self) -> tuple:
+        return (self.label,) if self.dim == 1 else tuple(f"{self.label}.{c}" for c in "xy"[:self.dim])
+
+    def validate(self, mech) -> None:
+        """Raise ValueError/IndexError if the sensor does not fit ``mech``."""
+
+    def measure(self, mech, q, qd=None, qdd=None) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def jacobians(self, mech, q, qd=None, qdd=None) -> dict:  # pragma: no cover
+        raise NotImplementedError
+
+    def steps(self, n_steps: int) -> np.ndarray:
+        """Indices of the steps at which the sensor reads, out of ``n_steps``."""
+        return np.arange(0, int(n_steps), self.period)
+
+
+def _check_body(mech, body):
+    if isinstance(body, bool) or not isinstance(body, (int, np.integer)) \
+            or not 0 <= body < len(mech.spec.bodies):
+        raise IndexError(f"body {body!r} out of range 0..{len(mech.spec.bodies) - 1}")
+
+
+def _check_point(mech, p):
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not 0 <= p < mech.n_points:
+        raise IndexError(f"point {p!r} out of range 0..{mech.n_points - 1}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AngleEncoder(Sensor):
+    """Angle encoder [rad]: on a relative-angle coordinate (``coordinate``, name or index:
+    h = q[k]) or on a body (``body``: h = atan2(d_y, d_x), the angle of its first two points
+    p0 -> p1 from +X, in (-pi, pi]).  Give exactly one.  Readings are compared modulo 2 pi:
+    observation residuals are ``atan2(sin(h - z), cos(h - z))``."""
+
+    coordinate: int | str | None = None
+    body: int | None = None
+
+    kind = "encoder"
+    angular = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if (self.coordinate is None) == (self.body is None):
+            raise ValueError("AngleEncoder needs exactly one of coordinate= and body=")
+
+    @property
+    def slots(self):
+        return ("q",)
+
+    def _describe(self):
+        return (f"encoder({self.coordinate})" if self.coordinate is not None
+                else f"encoder(body {self.body})")
+
+    def validate(self, mech):
+        if self.coordinate is not None:
+            mech.coordinate_index(self.coordinate)
+        else:
+            _check_body(mech, self.body)
+
+    def measure(self, mech, q, qd=None, qdd=None):
+        q = _vec(q, mech, "q")
+        if self.coordinate is not None:
+            return q[..., [mech.coordinate_index(self.coordinate)]]
+        _, _, D, d0, _ = _body(mech, self.body)
+        d = _apply(D, q) + d0
+        return np.arctan2(d[..., 1], d[..., 0])[..., None]
+
+    def jacobians(self, mech, q, qd=None, qdd=None):
+        q = _vec(q, mech, "q")
+        if self.coordinate is not None:
+            J = np.zeros(q.shape[:-1] + (1, mech.n))
+            J[..., 0, mech.coordinate_index(self.coordinate)] = 1.0
+            return {"q": J}
+        _, _, D, d0, _ = _body(mech, self.body)
+        d = _apply(D, q) + d0
+        s = np.sum(d * d, axis=-1, keepdims=True)
+        w = np.stack([-d[..., 1], d[..., 0]], axis=-1) / s          # d atan2 / d d
+        return {"q": _rows_times(w, D)[..., None, :]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gyroscope(Sensor):
+    """Gyroscope on a body [rad/s]: h = (d_x ddot_y - d_y ddot_x) / (d_x^2 + d_y^2), with
+    d = r1 - r0 and its current squared length.  This is d/dt atan2(d_y, d_x), which for a
+    rigid body (|d| = L constant) is its angular rate omega (counter-clockwise positive)."""
+
+    body: int
+
+    kind = "gyroscope"
+
+    @property
+    def slots(self):
+        return ("q", "v")
+
+    def _describe(self):
+        return f"gyroscope(body {self.body})"
+
+    def validate(self, mech):
+        _check_body(mech, self.body)
+
+    def _parts(self, mech, q, qd):
+        q, qd = _vec(q, mech, "q"), _vec(qd, mech, "qd")
+        _, _, D, d0, _ = _body(mech, self.body)
+        d = _apply(D, q) + d0
+        dd = _apply(D, qd)
+        s = np.sum(d * d, axis=-1)
+        c = d[..., 0] * dd[..., 1] - d[..., 1] * dd[..., 0]
+        return D, d, dd, s, c
+
+    def measure(self, mech, q, qd=None, qdd=None):
+        _, _, _, s, c = self._parts(mech, q, qd)
+        return (c / s)[..., None]
+
+    def jacobians(self, mech, q, qd=None, qdd=None):
+        D, d, dd, s, c = self._parts(mech, q, qd)
+        s_ = s[..., None]
+        w_d = (np.stack([dd[..., 1], -dd[..., 0]], axis=-1) - 2.0 * (c / s)[..., None] * d) / s_
+        w_dd = np.stack([-d[..., 1], d[..., 0]], axis=-1) / s_
+        return {"q": _rows_times(w_d, D)[..., None, :], "v": _rows_times(w_dd, D)[..., None, :]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accelerometer(Sensor):
+    """Single-axis accelerometer [m/s^2] at body-frame point ``point`` = (X, Y) along the
+    body-fixed direction at angle ``axis`` [rad] from the body's +X axis (p0 -> p1).
+
+    It reads the specific force h = n . (a_P - g), with u = (r1 - r0)/L (L the body's model
+    length), u_perp = R90 u, n = cos(axis) u + sin(axis) u_perp and
+    a_P = a0 + (X (a1 - a0) + Y R90 (a1 - a0)) / L, the second time derivative of
+    r_P = r0 + X u + Y u_perp.  Linear in qddot; depends on q through n.  At rest it reads
+    -g along its axis (+9.81 m/s^2 on an upward axis)."""
+
+    body: int
+    point: tuple = (0.0, 0.0)
+    axis: float = 0.0
+
+    kind = "accelerometer"
+
+    def __post_init__(self):
+        super().__post_init__()
+        pt = tuple(float(x) for x in self.point)
+        if len(pt) != 2 or not all(map(math.isfinite, pt)):
+            raise ValueError(f"point must be two finite numbers (X, Y), got {self.point!r}")
+        if not math.isfinite(float(self.axis)):
+            raise ValueError(f"axis must be a finite angle in rad, got {self.axis!r}")
+        object.__setattr__(self, "point", pt)
+        object.__setattr__(self, "axis", float(self.axis))
+
+    @property
+    def slots(self):
+        return ("q", "a")
+
+    def _describe(self):
+        return (f"accelerometer(body {self.body} at ({self.point[0]:g}, {self.point[1]:g}), "
+                f"axis {math.degrees(self.axis):g} deg)")
+
+    def validate(self, mech):
+        _check_body(mech, self.body)
+
+    def _parts(self, mech, q, qdd):
+        q, qdd = _vec(q, mech, "q"), _vec(qdd, mech, "qdd")
+        S0, _, D, d0, L = _body(mech, self.body)
+        X, Y = self.point
+        ca, sa = math.cos(self.axis), math.sin(self.axis)
+        Rn = (ca * np.eye(2) + sa * _R90) / L                   # n = Rn d
+        A = S0 + (X * np.eye(2) + Y * _R90) @ D / L            # a_P = A qdd
+        n = _apply(Rn, _apply(D, q) + d0)
+        f = _apply(A, qdd) - mech.gravity                       # specific force
+        return D, Rn, A, n, f
+
+    def measure(self, mech, q, qd=None, qdd=None):
+        _, _, _, n, f = self._parts(mech, q, qdd)
+        return np.sum(n * f, axis=-1)[..., None]
+
+    def jacobians(self, mech, q, qd=None, qdd=None):
+        D, Rn, A, n, f = self._parts(mech, q, qdd)
+        return {"q": _rows_times(f, Rn @ D)[..., None, :], "a": _rows_times(n, A)[..., None, :]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Marker(Sensor):
+    """Position marker [m]: h = (x, y) of point ``point`` (two readings, same sigma)."""
+
+    point: int
+
+    kind = "marker"
+    dim = 2
+
+    @property
+    def slots(self):
+        return ("q",)
+
+    def _describe(self):
+        return f"marker(point {self.point})"
+
+    def validate(self, mech):
+        _check_point(mech, self.point)
+
+    def measure(self, mech, q, qd=None, qdd=None):
+        q = _vec(q, mech, "q")
+        S, c = _point_affine(mech, self.point)
+        return _apply(S, q) + c
+
+    def jacobians(self, mech, q, qd=None, qdd=None):
+        q = _vec(q, mech, "q")
+        S, _ = _point_affine(mech, self.point)
+        return {"q": np.broadcast_to(S, q.shape[:-1] + S.shape).copy()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Distance(Sensor):
+    """Distance between two points [m]: h = |r_i - r_j| (``points`` = (i, j))."""
+
+    points: tuple
+
+    kind = "distance"
+
+    def __post_init__(self):
+        super().__post_init__()
+        pts = tuple(self.points)
+        if len(pts) != 2 or pts[0] == pts[1]:
+            raise ValueError(f"points must be two distinct point indices, got {self.points!r}")
+        object.__setattr__(self, "points", pts)
+
+    @property
+    def slots(self):
+        return ("q",)
+
+    def _describe(self):
+        return f"distance(points {self.points[0]}, {self.points[1]})"
+
+    def validate(self, mech):
+        for p in self.points:
+            _check_point(mech, p)
+
+    def _parts(self, mech, q):
+        q = _vec(q, mech, "q")
+        Si, ci = _point_affine(mech, self.points[0])
+        Sj, cj = _point_affine(mech, self.points[1])
+        D = Si - Sj
+        d = _apply(D, q) + (ci - cj)
+        return D, d, np.sqrt(np.sum(d * d, axis=-1))
+
+    def measure(self, mech, q, qd=None, qdd=None):
+        return self._parts(mech, q)[2][..., None]
+
+    def jacobians(self, mech, q, qd=None, qdd=None):
+        D, d, h = self._parts(mech, q)
+        return {"q": _rows_times(d / h[..., None], D)[..., None, :]}
+
+
+SENSOR_TYPES = {"encoder": AngleEncoder, "gyroscope": Gyroscope, "accelerometer": Accelerometer,
+                "marker": Marker, "distance": Distance}
+"""YAML ``type`` -> sensor class."""
+
+
+# ----------------------------------------------------------------------------- sensor sets
+class Readings(NamedTuple):
+    """Readings of one sensor: ``steps`` (int indices into the time grid) and ``values``
+    (len(steps), k)."""
+    steps: np.ndarray
+    values: np.ndarray
+
+
+class SensorSet(tuple):
+    """An immutable tuple of sensors."""
+
+    def __new__(cls, sensors=()):
+        sensors = tuple(sensors)
+        for s in sensors:
+            if not isinstance(s, Sensor):
+                raise TypeError(f"expected sensors, got {type(s).__name__}")
+        return super().__new__(cls, sensors)
+
+    def __repr__(self):
+        return f"SensorSet({', '.join(s.label for s in self)})"
+
+    @property
+    def dim(self) -> int:
+        """Total number of readings per step when every sensor reads."""
+        return int(sum(s.dim for s in self))
+
+    @property
+    def names(self) -> tuple:
+        """One label per sensor (its ``name`` or a description)."""
+        return tuple(s.label for s in self)
+
+    @property
+    def labels(self) -> tuple:
+        """One label per reading component (markers have ``.x`` and ``.y``)."""
+        return tuple(c for s in self for c in s.component_labels())
+
+    @property
+    def sigmas(self) -> np.ndarray:
+        """(dim,) standard deviation of each reading component."""
+        return np.array([s.sigma for s in self for _ in range(s.dim)], float)
+
+    def validate(self, mech) -> None:
+        for s in self:
+            s.validate(mech)
+
+    def measure(self, mech, q, qd=None, qdd=None) -> np.ndarray:
+        """Noise-free readings of every sensor, stacked: (..., dim)."""
+        q = np.asarray(q, float)
+        if not len(self):
+            return np.zeros(q.shape[:-1] + (0,))
+        return np.concatenate([s.measure(mech, q, qd, qdd) for s in self], axis=-1)
+
+    def synthesize(self, mech, t, q, qd=None, qdd=None, rng=None) -> list:
+        """Simulated noisy readings along a trajectory.
+
+        ``t`` (T,) time grid [s] and ``q, qd, qdd`` (T, n) the states at those times.  Sensor
+        ``s`` reads at steps ``0, s.period, 2 s.period, ...``; each reading gets independent
+        Gaussian noise of standard deviation ``s.sigma``.  Returns one :class:`Readings`
+        ``(steps, values)`` per sensor, in order.
+        """
+        rng = np.random.default_rng() if rng is None else rng
+        T = np.asarray(t).shape[0]
+        q = np.asarray(q, float)
+        if q.shape[0] != T:
+            raise ValueError(f"q has {q.shape[0]} steps but t has {T}")
+        out = []
+        for s in self:
+            steps = s.steps(T)
+            sub = [None if x is None else np.asarray(x, float)[steps] for x in (q, qd, qdd)]
+            h = s.measure(mech, *sub)
+            out.append(Readings(steps, h + s.sigma * rng.normal(size=h.shape)))
+        return out
+
+
+# ---------------------------------------------------------------------------- YAML format
+_COMMON_KEYS = ("type", "name", "sigma", "period")
+_TYPE_KEYS = {
+    "encoder": ("coordinate", "body", "sigma_deg"),
+    "gyroscope": ("body", "sigma_deg"),
+    "accelerometer": ("body", "point", "axis", "axis_deg"),
+    "marker": ("point",),
+    "distance": ("points",),
+}
+
+
+def _sensor_reader(text, source):
+    from mbfg.loader import _Reader
+
+    class _SensorReader(_Reader):
+        def __init__(self, text, source):  # parse like mbfg.loader, with sensor messages
+            self.source = source
+            self.lines = {}
+            try:
+                loader = yaml.SafeLoader(text)
+                try:
+                    node = loader.get_single_node()
+                    self.data = loader.construct_document(node) if node is not None else None
+                finally:
+                    loader.dispose()
+            except yaml.MarkedYAMLError as e:
+                mark = e.problem_mark or e.context_mark
+                what = " ".join(str(x) for x in (e.context, e.problem) if x)
+                column = f" (column {mark.column + 1})" if mark is not None else ""
+                raise YamlSyntaxError(f"malformed YAML: {what}{column}; expected a mapping with "
+                                      "a 'sensors' list", file=source,
+                                      line=mark.line + 1 if mark is not None else None) from None
+            except yaml.YAMLError as e:
+                raise YamlSyntaxError(f"malformed YAML: {' '.join(str(e).split())}",
+                                      file=source) from None
+            except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
+                raise YamlSyntaxError(f"malformed YAML: {e or type(e).__name__}",
+                                      file=source) from None
+            if node is not None:
+                self._record(node, "", node.start_mark.line + 1, set())
+
+    return _SensorReader(text, source)
+
+
+class _SensorLoader:
+    def __init__(self, text, source, mech):
+        from mbfg.loader import _Loader
+        self.r = _sensor_reader(text, source)
+        self.base = _Loader(self.r)  # typed accessors: mapping, sequence, require, expression
+        self.mech = mech
+        self.env = dict(mech.spec.parameters)
+
+    def err(self, message, path):
+        return self.r.error(SchemaError, message, path)
+
+    def load(self) -> SensorSet:
+        from mbfg.loader import _closest
+        data = self.r.data
+        if data is None:
+            raise self.err("the file is empty; expected a mapping with a 'sensors' list", "")
+        doc = self.base.mapping(data, "", "a sensor description {sensors: [...]}")
+        for key in doc:
+            if key != "sensors":
+                raise self.err(f"unknown top-level key {key!r}{_closest(key, ['sensors'])}; the "
+                               "only valid key is 'sensors'", key)
+        items = self.base.sequence(self.base.require(doc, "sensors", "", "the list of sensors"),
+                                   "sensors", "the list of sensors")
+        return SensorSet(self.sensor(item, f"sensors[{i}]") for i, item in enumerate(items))
+
+    # -- typed values -------------------------------------------------------------------
+    def number(self, value, path, what):
+        return self.base.expression(value, path, self.env, what)
+
+    def integer(self, value, path, what):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.err(f"expected {what} (an integer), got {_type_name(value)}", path)
+        return value
+
+    def body(self, value, path):
+        nb = len(self.mech.spec.bodies)
+        b = self.integer(value, path, f"a body index 0..{nb - 1}")
+        if not 0 <= b < nb:
+            raise self.err(f"body index {b} out of range: the mechanism has {nb} bodies (valid "
+                           f"indices 0..{nb - 1})", path)
+        p0, p1 = self.mech.spec.bodies[b].points[:2]
+        if (self.mech.point_coords[[p0, p1], 0] < 0).all():
+            raise self.err(f"body {b} is fixed (its points {p0} and {p1} are both fixed), so the "
+                           "sensor measures nothing; expected a moving body", path)
+        return b
+
+    def point(self, value, path):
+        npts = self.mech.n_points
+        p = self.integer(value, path, f"a point index 0..{npts - 1}")
+        if not 0 <= p < npts:
+            raise self.err(f"point index {p} out of range: the mechanism has {npts} points (valid "
+                           f"indices 0..{npts - 1})", path)
+        return p
+
+    def coordinate(self, value, path):
+        from mbfg.loader import _closest
+        mech = self.mech
+        angles = [mech.coordinate_names[i] for i in mech.angle_coords]
+        if not angles:
+            raise self.err("the mechanism has no relative angle coordinates; expected an "
+                           "encoder on a body (body: <index>) instead", path)
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise self.err(f"expected a relative angle coordinate (one of {', '.join(angles)}, by "
+                           f"name or index), got {_type_name(value)}", path)
+        if isinstance(value, int):
+            if not 0 <= value < mech.n:
+                raise self.err(f"coordinate index {value} out of range 0..{mech.n - 1}; expected "
+                               f"a relative angle: {_angle_list(mech)}", path)
+            k = value
+        else:
+            if value not in mech.coordinate_names:
+                raise self.err(f"unknown coordinate {value!r}{_closest(value, mech.coordinate_names)}; "
+                               f"expected a relative angle: {_angle_list(mech)}", path)
+            k = mech.coordinate_names.index(value)
+        if k not in mech.angle_coords:
+            raise self.err(f"coordinate {mech.coordinate_names[k]!r} is not a relative angle; an "
+                           f"encoder reads angles: {_angle_list(mech)} (or use body: <index>)", path)
+        return k
+
+    def positive(self, value, path, what):
+        x = self.number(value, path, what)
+        if not x > 0:
+            raise self.err(f"expected {what} > 0, got {x:g}", path)
+        return x
+
+    # -- one sensor -----------------------------------------------------------------------
+    def sensor(self, item, path) -> Sensor:
+        from mbfg.loader import _closest
+        s = self.base.mapping(item, path, "a sensor {type, sigma, ...}")
+        types = tuple(SENSOR_TYPES)
+        kind = self.base.require(s, "type", path, f"one of {', '.join(types)}")
+        if not isinstance(kind, str) or kind not in SENSOR_TYPES:
+            raise self.err(f"unknown sensor type {kind!r}{_closest(kind, types)}; expected one of "
+                           f"{', '.join(types)}", f"{path}.type")
+        allowed = _COMMON_KEYS + _TYPE_KEYS[kind]
+        for key in s:
+            if key not in allowed:
+                raise self.err(f"unknown key {key!r} for a {kind}{_closest(key, allowed)}; valid "
+                               f"keys: {', '.join(allowed)}", f"{path}.{key}")
+        kw = {}
+        angular_sigma = kind in ("encoder", "gyroscope")
+        unit = {"encoder": "rad", "gyroscope": "rad/s"}.get(kind, "m" if kind in ("marker", "distance")
+                                                                   else "m/s^2")
+        if "sigma" in s and "sigma_deg" in s:
+            raise self.err("give either sigma or sigma_deg, not both", f"{path}.sigma_deg")
+        if "sigma" in s:
+            kw["sigma"] = self.positive(s["sigma"], f"{path}.sigma", f"the standard deviation in {unit}")
+        elif angular_sigma and "sigma_deg" in s:
+            kw["sigma"] = math.radians(self.positive(
+                s["sigma_deg"], f"{path}.sigma_deg",
+                "the standard deviation in " + ("deg" if kind == "encoder" else "deg/s")))
+        else:
+            raise self.err(f"missing required key 'sigma' (expected the standard deviation of a "
+                           f"reading in {unit}{' or sigma_deg in degrees' if angular_sigma else ''})",
+                           f"{path}.sigma")
+        if "period" in s:
+            period = s["period"]
+            if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+                raise self.err(f"expected the sampling period as an integer number of steps >= 1, "
+                               f"got {_type_name(period)}", f"{path}.period")
+            kw["period"] = period
+        if "name" in s:
+            if not isinstance(s["name"], str) or not s["name"]:
+                raise self.err(f"expected a name (text), got {_type_name(s['name'])}", f"{path}.name")
+            kw["name"] = s["name"]
+
+        if kind == "encoder":
+            if ("coordinate" in s) == ("body" in s):
+                raise self.err("an encoder needs exactly one of 'coordinate' (a relative angle, "
+                               "by name or index) and 'body' (a body index)", path)
+            if "coordinate" in s:
+                k = self.coordinate(s["coordinate"], f"{path}.coordinate")
+                kw["coordinate"] = self.mech.coordinate_names[k]   # by name: readable labels
+            else:
+                kw["body"] = self.body(s["body"], f"{path}.body")
+            return AngleEncoder(**kw)
+        if kind == "gyroscope":
+            kw["body"] = self.body(self.base.require(s, "body", path, "a body index"), f"{path}.body")
+            return Gyroscope(**kw)
+        if kind == "accelerometer":
+            kw["body"] = self.body(self.base.require(s, "body", path, "a body index"), f"{path}.body")
+            if "point" in s:
+                kw["point"] = self.base.pair(s["point"], f"{path}.point", self.env,
+                                             "the point [X, Y] in the body frame in m")
+            if "axis" in s and "axis_deg" in s:
+                raise self.err("give either axis or axis_deg, not both", f"{path}.axis_deg")
+            if "axis" in s:
+                kw["axis"] = self.number(s["axis"], f"{path}.axis", "the axis angle in rad")
+            elif "axis_deg" in s:
+                kw["axis"] = math.radians(self.number(s["axis_deg"], f"{path}.axis_deg",
+                                                      "the axis angle in degrees"))
+            return Accelerometer(**kw)
+        if kind == "marker":
+            p = self.point(self.base.require(s, "point", path, "a point index"), f"{path}.point")
+            if self.mech.point_coords[p, 0] < 0:
+                raise self.err(f"point {p} is fixed, so the marker measures nothing; expected a "
+                               "moving point", f"{path}.point")
+            return Marker(point=p, **kw)
+        # distance
+        pts = self.base.sequence(self.base.require(s, "points", path, "two point indices [i, j]"),
+                                 f"{path}.points", "two point indices [i, j]")
+        if len(pts) != 2:
+            raise self.err(f"expected two point indices [i, j], got {len(pts)} "
+                           f"item{'s' * (len(pts) != 1)}", f"{path}.points")
+        i, j = (self.point(v, f"{path}.points[{k}]") for k, v in enumerate(pts))
+        if i == j:
+            raise self.err(f"point {i} is repeated; expected two distinct points", f"{path}.points")
+        if (self.mech.point_coords[[i, j], 0] < 0).all():
+            raise self.err(f"points {i} and {j} are both fixed, so the distance measures nothing; "
+                           "expected at least one moving point", f"{path}.points")
+        return Distance(points=(i, j), **kw)
+
+
+def _type_name(value):
+    from mbfg.loader import _type_name as tn
+    return tn(value)
+
+
+def _angle_list(mech):
+    return ", ".join(f"{mech.coordinate_names[i]} (index {i})" for i in mech.angle_coords) \
+        or "none in this mechanism"
+
+
+def parse_sensors(text: str, mech, source: str | None = None) -> SensorSet:
+    """Parse ``sensors:`` YAML ``text`` for mechanism ``mech`` (``source`` names it in errors)."""
+    if not isinstance(text, str):
+        raise SchemaError(f"expected YAML text, got {type(text).__name__}", file=source)
+    return _SensorLoader(text, source, mech).load()
+
+
+def load_sensors(path_or_text, mech) -> SensorSet:
+    """Read a ``sensors:`` YAML description for mechanism ``mech``.
+
+    ``path_or_text``: a path (``os.PathLike``, or a one-line string ending in ``.yaml``/``.yml``)
+    or the YAML text itself.  Errors are :class:`~mbfg.errors.SchemaError` (or
+    :class:`~mbfg.errors.YamlSyntaxError`) naming the file, the YAML path (``sensors[2].body``),
+    the line and what was expected.  Format: ``docs/sensors.md``.
+    """
+    is_path = isinstance(path_or_text, os.PathLike) or (
+        isinstance(path_or_text, str) and "\n" not in path_or_text
+        and path_or_text.strip().lower().endswith((".yaml", ".yml")))
+    if not is_path:
+        return parse_sensors(path_or_text, mech)
+    path = Path(path_or_text)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SchemaError("file not found; expected a sensors YAML file", file=str(path)) from None
+    except IsADirectoryError:
+        raise SchemaError("is a directory; expected a sensors YAML file", file=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise YamlSyntaxError(f"not UTF-8 text ({e.reason} at byte {e.start})", file=str(path)) from None
+    except OSError as e:
+        raise SchemaError(f"cannot read the file: {e.strerror}", file=str(path)) from None
+    return parse_sensors(text, mech, source=str(path))
