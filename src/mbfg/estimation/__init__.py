@@ -1,0 +1,8 @@
+"""State estimation: factor-graph estimators, filter baselines and the benchmark harness.
+
+Every estimator is a pure function of (model, sensors, readings, dt, options, seed) returning
+an :class:`~mbfg.estimation.result.EstimationResult`, so runs can be farmed out.
+"""
+from mbfg.estimation.result import EstimationResult
+
+__all__ = ["EstimationResult"]
