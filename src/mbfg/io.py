@@ -16,7 +16,7 @@ from mbfg.errors import DataError
 _SPLIT = re.compile(r"[,\s]+")
 
 
-def read_table(path, *, min_columns: int = 2) -> np.ndarray:
+def read_table(path, *, min_columns: int = 2, allow_nan: bool = False) -> np.ndarray:
     """Read a numeric table (rows x columns) skipping ``%``/``#`` comment lines.
 
     Raises :class:`DataError` naming the file and line for a malformed row, a row with a
@@ -45,18 +45,20 @@ def read_table(path, *, min_columns: int = 2) -> np.ndarray:
         elif len(vals) != width:
             raise DataError(f"{path}:{lineno}: expected {width} columns like the first data row, "
                             f"got {len(vals)}")
-        if not np.all(np.isfinite(vals)):
-            raise DataError(f"{path}:{lineno}: non-finite value")
+        bad = ~np.isfinite(vals) & ~(np.isnan(vals) if allow_nan else False)
+        if np.any(bad):
+            raise DataError(f"{path}:{lineno}: non-finite value"
+                            + (" (only nan, for a missing reading, is allowed)" if allow_nan else ""))
         rows.append(vals)
     if not rows:
         raise DataError(f"{path}: no data rows")
     return np.array(rows)
 
 
-def read_trajectory(path, *, columns: int | None = None):
+def read_trajectory(path, *, columns: int | None = None, allow_nan: bool = False):
     """Read ``t value...`` rows.  Returns ``(t, values)`` with t (T,) strictly increasing and
     values (T, k).  ``columns`` checks k."""
-    table = read_table(path)
+    table = read_table(path, allow_nan=allow_nan)
     t, vals = table[:, 0], table[:, 1:]
     if columns is not None and vals.shape[1] != columns:
         raise DataError(f"{path}: expected {columns} value column(s) after t, got {vals.shape[1]}")
@@ -77,3 +79,35 @@ def uniform_step(t, path="trajectory") -> float:
         raise DataError(f"{path}: samples must be uniformly spaced in time (dt varies from "
                         f"{dt.min():g} to {dt.max():g} s)")
     return h
+
+
+def write_readings(path, t, sensors, readings) -> None:
+    """Write sensor readings as rows ``t value...``: one column per sensor component in the
+    order of ``sensors`` (a SensorSet), ``nan`` where a sensor has no reading at that step
+    (its period), with a ``%`` header naming the columns."""
+    from pathlib import Path
+    t = np.asarray(t, float)
+    cols = np.full((t.size, sensors.dim), np.nan)
+    c = 0
+    for s, r in zip(sensors, readings):
+        cols[np.asarray(r.steps, int), c:c + s.dim] = np.asarray(r.values, float).reshape(-1, s.dim)
+        c += s.dim
+    with Path(path).open("w") as fh:
+        fh.write("% t " + " ".join(sensors.labels) + "\n")
+        for k in range(t.size):
+            fh.write(" ".join([f"{t[k]:.9g}"] + [("nan" if np.isnan(v) else f"{v:.17g}")
+                                                 for v in cols[k]]) + "\n")
+
+
+def read_readings(path, sensors):
+    """Inverse of :func:`write_readings`: ``(t, readings)`` with one ``Readings(steps,
+    values)`` per sensor; rows where a sensor's columns are ``nan`` are absent readings."""
+    from mbfg.sensors import Readings
+    t, vals = read_trajectory(path, columns=sensors.dim, allow_nan=True)
+    out, c = [], 0
+    for s in sensors:
+        block = vals[:, c:c + s.dim]
+        present = ~np.isnan(block).any(axis=1)
+        out.append(Readings(np.flatnonzero(present), block[present]))
+        c += s.dim
+    return t, out
