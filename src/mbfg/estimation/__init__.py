@@ -3,6 +3,8 @@
 Every estimator is a pure function of (model, sensors, readings, dt, options, seed) returning
 an :class:`~mbfg.estimation.result.EstimationResult`, so runs can be farmed out.
 """
+from mbfg.estimation.graph_estimators import (EstimatorSettings, estimate_batch,
+                                              estimate_online)
 from mbfg.estimation.result import EstimationResult
 
-__all__ = ["EstimationResult"]
+__all__ = ["EstimationResult", "EstimatorSettings", "estimate_online", "estimate_batch"]

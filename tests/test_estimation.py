@@ -1,0 +1,114 @@
+"""Factor-graph state estimators on the review's four-bar (three-simulation harness)."""
+import numpy as np
+import pytest
+
+from mbfg.estimation import (EstimationResult, EstimatorSettings, estimate_batch,
+                             estimate_online)
+from mbfg.estimation.harness import (ESTIMATORS, register, review_fourbar, run_case,
+                                     sensor_setups, simulate_prototype)
+from mbfg.sensors import Gyroscope, SensorSet
+
+DT = 0.005
+T_END = 3.0
+
+
+@pytest.fixture(scope="module")
+def fourbar():
+    proto, model, q0 = review_fourbar()
+    truth = simulate_prototype(proto, T_END, DT)
+    return proto, model, q0, truth
+
+
+def _readings(proto, sensors, truth, seed):
+    t, q, qd, qdd = truth
+    return sensors.synthesize(proto, t, q, qd, qdd, rng=np.random.default_rng(seed))
+
+
+@pytest.fixture(scope="module")
+def encoder_runs(fourbar):
+    proto, model, q0, truth = fourbar
+    sensors = sensor_setups()["encoder"]
+    readings = _readings(proto, sensors, truth, 1)
+    n = len(truth[0])
+    online = estimate_online(model, sensors, readings, DT, n, q0=q0, covariance=True)
+    batch = estimate_batch(model, sensors, readings, DT, n, q0=q0, covariance=True,
+                           init=np.hstack([online.q_smoothed, online.qd_smoothed,
+                                           online.qdd_smoothed]))
+    return online, batch
+
+
+def test_model_has_the_review_errors(fourbar):
+    proto, model, q0, _ = fourbar
+    k = model.coordinate_index("theta0")
+    assert model.gravity[1] == pytest.approx(-8.81)
+    assert proto.gravity[1] == pytest.approx(-9.81)
+    assert q0[k] - proto.q0[k] == pytest.approx(np.pi / 16, abs=1e-9)
+    assert np.abs(model.constraints(q0)).max() < 1e-10
+
+
+def test_encoder_converges_from_wrong_initial_angle(fourbar, encoder_runs):
+    _, model, _, truth = fourbar
+    k = model.coordinate_index("theta0")
+    i0 = int(round(2.0 / DT))
+    errs = {}
+    for res in encoder_runs:
+        assert isinstance(res, EstimationResult)
+        assert res.q.shape == truth[1].shape
+        e = np.abs(res.q[i0:, k] - truth[1][i0:, k])
+        errs[res.name] = np.sqrt(np.mean(e ** 2))
+        assert errs[res.name] < 0.01, res.name        # RMSE after 2 s
+        assert e.max() < 0.03, res.name
+        assert res.stats["ms_per_step"] > 0
+    assert errs["fg-batch"] <= errs["fg-online"]
+    online = encoder_runs[0]
+    # the window-smoothed estimate is better than the causal one
+    es = np.sqrt(np.mean((online.q_smoothed[i0:, k] - truth[1][i0:, k]) ** 2))
+    assert es <= errs["fg-online"]
+
+
+def test_perfect_model_with_gyroscope_tracks_truth(fourbar):
+    proto, _, _, truth = fourbar
+    sensors = SensorSet([Gyroscope(body=1, sigma=9.839e-4)])
+    n = int(round(2.0 / DT)) + 1
+    tr = tuple(x[:n] for x in truth)
+    readings = _readings(proto, sensors, tr, 3)
+    # the model is exact and the initial state known: small process noise, tight priors
+    est = EstimatorSettings(sigma_dynamics=0.1, sigma_q0=1e-3, sigma_v0=1e-3)
+    res = estimate_online(proto, sensors, readings, DT, n, q0=proto.q0, settings=est)
+    k = proto.coordinate_index("theta0")
+    assert np.abs(res.q[:, k] - tr[1][:, k]).max() < 2e-3
+    assert np.abs(res.qd[:, k] - tr[2][:, k]).max() < 2e-2
+    assert np.abs(res.q - tr[1]).max() < 1e-2      # all coordinates
+
+
+def test_covariance_consistent_with_errors(fourbar, encoder_runs):
+    _, model, _, truth = fourbar
+    k = model.coordinate_index("theta0")
+    i0 = int(round(2.0 / DT))
+    for res in encoder_runs:
+        assert res.z_std.shape == (len(truth[0]), 1) and res.zd_std.shape == res.z_std.shape
+        std = res.z_std[i0:, 0]
+        assert np.all(std > 0)
+        err = np.abs(res.q[i0:, k] - truth[1][i0:, k])
+        assert np.mean(err < 4 * std) > 0.95, res.name
+        # and not absurdly pessimistic
+        assert np.median(std) < 20 * np.sqrt(np.mean(err ** 2)), res.name
+
+
+def test_same_seed_same_result(fourbar):
+    proto, model, q0, _ = fourbar
+    sensors = sensor_setups()["gyro-crank"]
+    a = run_case("fg-online", proto, model, sensors, 0.5, DT, seed=7, q0=q0)
+    b = run_case("fg-online", proto, model, sensors, 0.5, DT, seed=7, q0=q0)
+    c = run_case("fg-online", proto, model, sensors, 0.5, DT, seed=8, q0=q0)
+    keys = [k for k in a if k != "ms_per_step"]
+    va, vb, vc = (np.array([m[k] for k in keys]) for m in (a, b, c))
+    assert np.array_equal(va, vb, equal_nan=True)
+    assert not np.array_equal(va, vc, equal_nan=True)
+
+
+def test_registry_accepts_new_estimators():
+    assert {"fg-online", "fg-batch"} <= set(ESTIMATORS)
+    register("dummy-test", lambda *a, **kw: None)
+    assert "dummy-test" in ESTIMATORS
+    del ESTIMATORS["dummy-test"]
