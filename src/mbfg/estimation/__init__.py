@@ -5,6 +5,9 @@ an :class:`~mbfg.estimation.result.EstimationResult`, so runs can be farmed out.
 """
 from mbfg.estimation.graph_estimators import (EstimatorSettings, estimate_batch,
                                               estimate_online)
+from mbfg.estimation.kalman import dekf, ekf, ekf_fe, ukf
+from mbfg.estimation.particle import particle_filter
 from mbfg.estimation.result import EstimationResult
 
-__all__ = ["EstimationResult", "EstimatorSettings", "estimate_online", "estimate_batch"]
+__all__ = ["EstimationResult", "EstimatorSettings", "estimate_online", "estimate_batch",
+           "ekf", "ekf_fe", "ukf", "dekf", "particle_filter"]
