@@ -151,6 +151,50 @@ def cmd_synthesize(args) -> int:
     return 0
 
 
+ESTIMATE_METHODS = ("smoother", "batch", "ekf", "ekf_fe", "ukf", "dekf", "pf")
+
+
+def cmd_estimate(args) -> int:
+    """State estimation from a readings file with a factor graph or a filter baseline."""
+    import mbfg
+    from mbfg.io import read_readings, uniform_step
+    from mbfg.progress import ProgressBar
+    from mbfg.sensors import load_sensors
+
+    mech = mbfg.load_mechanism(args.mechanism)
+    sensors = load_sensors(args.sensors, mech)
+    t, readings = read_readings(args.readings, sensors)
+    dt = uniform_step(t, args.readings)
+    if args.window < 1:
+        raise UsageError(f"--window must be >= 1, got {args.window}")
+    bar = ProgressBar(f"estimate ({args.method})", enabled=False if args.quiet else None)
+    try:
+        if args.method == "smoother":
+            from mbfg.estimation import estimate_online
+            res = estimate_online(mech, sensors, readings, dt, t.size, window=args.window,
+                                  covariance=args.covariance, progress=bar)
+        elif args.method == "batch":
+            from mbfg.estimation import estimate_batch
+            res = estimate_batch(mech, sensors, readings, dt, t.size, covariance=args.covariance)
+        else:
+            from mbfg.estimation import kalman, particle
+            fn = {"ekf": kalman.ekf, "ekf_fe": kalman.ekf_fe, "ukf": kalman.ukf,
+                  "dekf": kalman.dekf, "pf": particle.particle_filter}[args.method]
+            res = fn(mech, sensors, readings, dt, t.size, seed=args.seed)
+    finally:
+        bar.close()
+    res.t = t
+    print(f"mechanism: {args.mechanism} (n = {mech.n}, DOF = {mech.dof})")
+    print(f"sensors:   {' '.join(sensors.names)}")
+    print(f"method:    {res.name}; {t.size} steps (dt = {dt:g} s), "
+          f"{res.stats.get('ms_per_step', float('nan')):.2f} ms/step")
+    for j in mech.angle_coords:
+        print(f"{mech.coordinate_names[j]}: final estimate {res.q[-1, j]:.6g} rad")
+    if args.out:
+        print(f"saved:     {res.save(args.out)}")
+    return 0
+
+
 def register(sub) -> None:
     s = sub.add_parser("simulate", help="forward dynamics from the YAML configuration at rest")
     s.add_argument("mechanism", help="mechanism YAML file")
@@ -191,3 +235,17 @@ def register(sub) -> None:
     y.add_argument("--out", required=True, help="readings file: rows 't value...', nan = no reading")
     y.add_argument("--truth", help="also save the true trajectory (.npz)")
     y.set_defaults(func=cmd_synthesize)
+
+    e = sub.add_parser("estimate", help="estimate the state from noisy sensor readings")
+    e.add_argument("mechanism", help="mechanism YAML file (the estimator's model)")
+    e.add_argument("--sensors", required=True, help="sensors YAML file (docs/sensors.md)")
+    e.add_argument("--readings", required=True, help="rows 't value...' (nan = no reading), "
+                   "as written by 'mbfg synthesize'")
+    e.add_argument("--method", choices=ESTIMATE_METHODS, default="smoother",
+                   help="factor graph (smoother: online fixed-lag, batch: offline) or a filter")
+    e.add_argument("--window", type=int, default=10, help="smoother window (default 10)")
+    e.add_argument("--covariance", action="store_true", help="also estimate standard deviations")
+    e.add_argument("--seed", type=int, default=0, help="seed of the particle filter")
+    e.add_argument("--out", help="save the estimates (.npz)")
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
+    e.set_defaults(func=cmd_estimate)
