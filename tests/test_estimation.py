@@ -112,3 +112,18 @@ def test_registry_accepts_new_estimators():
     register("dummy-test", lambda *a, **kw: None)
     assert "dummy-test" in ESTIMATORS
     del ESTIMATORS["dummy-test"]
+
+
+def test_estimated_force_state(fourbar):
+    """With an unknown crank torque estimated as a random walk (like errorEKF_FE), less
+    process noise suffices and the wrong gravity of the model is absorbed by the force."""
+    proto, model, q0, truth = fourbar
+    sensors = sensor_setups()["encoder"]
+    readings = sensors.synthesize(proto, truth[0], truth[1], truth[2], truth[3],
+                                  np.random.default_rng(3))
+    settings = EstimatorSettings(sigma_dynamics=2.0, force_coordinates=("theta0",),
+                                 sigma_force_walk=0.5)
+    res = estimate_online(model, sensors, readings, DT, truth[0].size, q0=q0, settings=settings)
+    k = model.coordinate_index("theta0")
+    i0 = int(round(2.0 / DT))
+    assert np.sqrt(np.mean((res.q[i0:, k] - truth[1][i0:, k]) ** 2)) < 0.01

@@ -66,11 +66,20 @@ class EstimatorSettings:
     review's discrete filters: their acceleration power spectral density q_c = 9.162e-2
     (Sect. 12.1) is a per-step white acceleration noise of sqrt(q_c / dt) = 4.3 rad/s^2 at
     dt = 5 ms.
+    force_coordinates : coordinates (indices or names) that carry an unknown generalized
+        force estimated as a random walk (like the review's errorEKF_FE): a slot ``Q`` of the
+        step vector, in the dynamics factor, with ``Q_{k+1} - Q_k`` of standard deviation
+        ``sigma_force_walk`` [N, N m per step] and a loose prior ``sigma_force0`` on Q_0.
+        Unmodelled forces that persist (a wrong gravity, friction) then need much less
+        process noise; pass e.g. ``("theta0",)`` with a smaller ``sigma_dynamics``.
     sigma_constraints : position and velocity constraint factors
     sigma_q0, sigma_v0 : initial priors on q_0, v_0 (loose: the initial state is uncertain)
     max_iterations : Gauss-Newton solves per step (online) or in total (batch)
     """
     sigma_dynamics: object = 5.0
+    force_coordinates: tuple = ()
+    sigma_force_walk: float = 0.5
+    sigma_force0: float = 100.0
     sigma_integrator: float = 1e-4
     sigma_constraints: float = 1e-4
     sigma_q0: object = 0.5
@@ -109,6 +118,12 @@ class ObservedProblem(ForwardProblem):
     def __init__(self, mech, sensors, readings, n_steps, est: EstimatorSettings, dt):
         super().__init__(mech, est.forward_settings(dt), "dependent")
         self.est = est
+        self.force_indices = tuple(
+            mech.coordinate_names.index(c) if isinstance(c, str) else int(c)
+            for c in est.force_coordinates)
+        if self.force_indices:
+            from mbfg.graphs.layout import StepLayout
+            self.layout = StepLayout(self.layout.slots + (("Q", len(self.force_indices)),))
         self.sensors = tuple(sensors)
         if len(readings) != len(self.sensors):
             raise ValueError(f"{len(self.sensors)} sensors but {len(readings)} reading lists")
@@ -129,11 +144,33 @@ class ObservedProblem(ForwardProblem):
 
     def initial_priors(self, q_start, v_start, row: int = 0) -> list:
         lay, e = self.layout, self.est
-        return [L.prior(lay, row, "q", q_start, e.sigma_q0),
-                L.prior(lay, row, "v", v_start, e.sigma_v0)]
+        out = [L.prior(lay, row, "q", q_start, e.sigma_q0),
+               L.prior(lay, row, "v", v_start, e.sigma_v0)]
+        if self.force_indices:
+            out.append(L.prior(lay, row, "Q", np.zeros(len(self.force_indices)), e.sigma_force0))
+        return out
+
+    def link_term(self, rows0):
+        if not self.force_indices:
+            return super().link_term(rows0)
+        s = self.settings
+        return L.step_links(self.layout, rows0, s.dt, [("q", "v"), ("v", "a")],
+                            s.sigma_integrator, scheme=s.integrator, equalities=["Q"],
+                            sigma_equality=self.est.sigma_force_walk)
+
+    def pack(self, q, v, a):
+        return super().pack(q, v, a)  # the force slot (if any) starts at zero
 
     def nonlinear_term(self, steps, rows):
-        term = super().nonlinear_term(steps, rows)
+        if self.force_indices:
+            s, mech = self.settings, self.mech
+            term = T.StackedTerm(self.layout, rows, [
+                (T.position_constraints_residual(mech), s.sigma_constraints),
+                (T.velocity_constraints_residual(mech), s.sigma_constraints),
+                (T.dynamics_residual(mech, force_slot="Q", force_indices=self.force_indices),
+                 s.sigma_dynamics)])
+        else:
+            term = super().nonlinear_term(steps, rows)
         steps = np.asarray(steps, int)
         for s, z, has in zip(self.sensors, self._z, self._has):
             f = observation_residual(self.mech, s, z[steps])

@@ -66,8 +66,17 @@ def prediction_matrix(problem) -> np.ndarray:
     lay, dt = problem.layout, problem.settings.dt
     E = np.eye(lay.dim)
     p = lay.unpack(E)  # columns of the identity, by slot: (dim, size) each
-    return problem.pack(p["q"] + dt * p["v"] + 0.5 * dt * dt * p["a"],
-                        p["v"] + dt * p["a"], p["a"]).T
+    P = problem.pack(p["q"] + dt * p["v"] + 0.5 * dt * dt * p["a"],
+                     p["v"] + dt * p["a"], p["a"]).T
+    for name in _carried_slots(lay):  # other slots (e.g. estimated forces) stay constant
+        sl = lay.slice(name)
+        P[sl, sl] = np.eye(sl.stop - sl.start)
+    return P
+
+
+def _carried_slots(layout):
+    """Slots that the kinematic prediction does not produce (carried over unchanged)."""
+    return [n for n in layout.names if n not in ("q", "v", "a", "z", "zd", "zdd")]
 
 
 class FixedLagSmoother:
@@ -189,7 +198,10 @@ class FixedLagSmoother:
         a1 = 2.0 * a - a_prev
         v1 = v + 0.5 * dt * (a + a1)
         q1 = q + 0.5 * dt * (v + v1)
-        return self.problem.pack(q1, v1, a1)
+        pred = self.problem.pack(q1, v1, a1)
+        for name in _carried_slots(lay):
+            pred[lay.slice(name)] = x[lay.slice(name)]
+        return pred
 
     @property
     def _a_slice(self):
