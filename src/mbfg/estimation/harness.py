@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mbfg.estimation.graph_estimators import estimate_batch, estimate_online
+from mbfg.estimation.graph_estimators import EstimatorSettings, estimate_batch, estimate_online
 from mbfg.sensors import AngleEncoder, Gyroscope, SensorSet
 
 __all__ = ["ESTIMATORS", "register", "load_estimators", "review_fourbar", "sensor_setups",
@@ -56,6 +56,17 @@ register("fg-online", lambda model, sensors, readings, dt, n_steps, **kw:
          estimate_online(model, sensors, readings, dt, n_steps, window=10, **kw))
 register("fg-batch", lambda model, sensors, readings, dt, n_steps, **kw:
          estimate_batch(model, sensors, readings, dt, n_steps, **kw))
+
+register("fg-batch+force", lambda model, sensors, readings, dt, n_steps, **kw:
+         estimate_batch(model, sensors, readings, dt, n_steps,
+                        settings=EstimatorSettings(sigma_dynamics=2.0,
+                                                   force_coordinates=tuple(
+                                                       model.coordinate_names[j]
+                                                       for j in model.angle_coords),
+                                                   sigma_force_walk=2.0), **kw))
+"""The batch smoother that also estimates an unknown generalized force on each relative angle
+(a random walk, like errorEKF_FE): the model's wrong gravity then no longer biases the
+position seen through rate sensors."""
 
 _PLUGIN_MODULES = ("mbfg.estimation.kalman", "mbfg.estimation.particle")
 
