@@ -32,7 +32,7 @@ from mbfg.expressions import RESERVED_NAMES, parse
 from mbfg.model.spec import (BodySpec, FixedSliderSpec, MechanismSpec, MobileSliderSpec, PointSpec,
                              RelativeAngleSpec)
 
-__all__ = ["load_spec", "parse_spec", "TOP_LEVEL_KEYS", "CONSTRAINT_TYPES", "RELATIVE_COORDINATE_TYPES"]
+__all__ = ["load_spec", "parse_spec", "read_yaml_text", "TOP_LEVEL_KEYS", "CONSTRAINT_TYPES", "RELATIVE_COORDINATE_TYPES"]
 
 TOP_LEVEL_KEYS = ("parameters", "points", "planar_bodies", "relative_coordinates", "constraints",
                   "gravity")
@@ -167,6 +167,16 @@ class _Loader:
             raise self.r.error(type(e), e.reason + hint, path) from None
         except ExpressionError as e:
             raise self.r.error(type(e), e.reason, path) from None
+
+    def typed_entry(self, item, path: str, what: str, types, type_what: str):
+        """A mapping with a ``type`` key naming one of ``types``: returns (mapping, type)."""
+        types = tuple(types)
+        entry = self.mapping(item, path, what)
+        kind = self.require(entry, "type", path, f"one of {', '.join(types)}")
+        if not isinstance(kind, str) or kind not in types:
+            raise self.r.error(SchemaError, f"unknown {type_what} {kind!r}{_closest(kind, types)}; "
+                               f"expected one of {', '.join(types)}", f"{path}.type")
+        return entry, kind
 
     def index(self, value, path: str, n_points: int, what: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -334,12 +344,8 @@ class _Loader:
         out = []
         for k, item in enumerate(items):
             path = f"relative_coordinates[{k}]"
-            rc = self.mapping(item, path, "a relative coordinate {type, points}")
-            kind = self.require(rc, "type", path, f"one of {', '.join(RELATIVE_COORDINATE_TYPES)}")
-            if kind not in RELATIVE_COORDINATE_TYPES:
-                raise self.r.error(SchemaError, f"unknown relative coordinate type {kind!r}"
-                                   f"{_closest(kind, RELATIVE_COORDINATE_TYPES)}; expected one of "
-                                   f"{', '.join(RELATIVE_COORDINATE_TYPES)}", f"{path}.type")
+            rc, _ = self.typed_entry(item, path, "a relative coordinate {type, points}",
+                                     RELATIVE_COORDINATE_TYPES, "relative coordinate type")
             idx = self.indices(self.require(rc, "points", path, "two point indices [p0, p1]"),
                                f"{path}.points", len(points), 2, "two point indices [p0, p1]")
             a, b = points[idx[0]], points[idx[1]]
@@ -356,11 +362,8 @@ class _Loader:
         out = []
         for k, item in enumerate(items):
             path = f"constraints[{k}]"
-            con = self.mapping(item, path, "a constraint {type, ...}")
-            kind = self.require(con, "type", path, f"one of {', '.join(CONSTRAINT_TYPES)}")
-            if kind not in CONSTRAINT_TYPES:
-                raise self.r.error(SchemaError, f"unknown constraint type {kind!r}{_closest(kind, CONSTRAINT_TYPES)}; "
-                                   f"expected one of {', '.join(CONSTRAINT_TYPES)}", f"{path}.type")
+            con, kind = self.typed_entry(item, path, "a constraint {type, ...}", CONSTRAINT_TYPES,
+                                         "constraint type")
             p = self.index(self.require(con, "point", path, "the index of the sliding point"),
                            f"{path}.point", len(points), "the sliding point")
             if kind == "fixed_slider":
@@ -406,17 +409,21 @@ def parse_spec(text: str, source: str | None = None) -> MechanismSpec:
     return _Loader(_Reader(text, source)).load()
 
 
-def load_spec(path: str | os.PathLike) -> MechanismSpec:
-    """Read and validate the mechanism YAML file ``path``."""
+def read_yaml_text(path: str | os.PathLike, what: str = "mechanism") -> str:
+    """The UTF-8 text of the ``what`` YAML file ``path``, or a typed error naming it."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SchemaError("file not found; expected a mechanism YAML file", file=str(path)) from None
+        raise SchemaError(f"file not found; expected a {what} YAML file", file=str(path)) from None
     except IsADirectoryError:
-        raise SchemaError("is a directory; expected a mechanism YAML file", file=str(path)) from None
+        raise SchemaError(f"is a directory; expected a {what} YAML file", file=str(path)) from None
     except UnicodeDecodeError as e:
         raise YamlSyntaxError(f"not UTF-8 text ({e.reason} at byte {e.start})", file=str(path)) from None
     except OSError as e:
         raise SchemaError(f"cannot read the file: {e.strerror}", file=str(path)) from None
-    return parse_spec(text, source=str(path))
+
+
+def load_spec(path: str | os.PathLike) -> MechanismSpec:
+    """Read and validate the mechanism YAML file ``path``."""
+    return parse_spec(read_yaml_text(path, "mechanism"), source=str(Path(path)))

@@ -588,12 +588,8 @@ class _SensorLoader:
     # -- one sensor -----------------------------------------------------------------------
     def sensor(self, item, path) -> Sensor:
         from mbfg.loader import _closest
-        s = self.base.mapping(item, path, "a sensor {type, sigma, ...}")
-        types = tuple(SENSOR_TYPES)
-        kind = self.base.require(s, "type", path, f"one of {', '.join(types)}")
-        if not isinstance(kind, str) or kind not in SENSOR_TYPES:
-            raise self.err(f"unknown sensor type {kind!r}{_closest(kind, types)}; expected one of "
-                           f"{', '.join(types)}", f"{path}.type")
+        s, kind = self.base.typed_entry(item, path, "a sensor {type, sigma, ...}", SENSOR_TYPES,
+                                        "sensor type")
         allowed = _COMMON_KEYS + _TYPE_KEYS[kind]
         for key in s:
             if key not in allowed:
@@ -703,15 +699,6 @@ def load_sensors(path_or_text, mech) -> SensorSet:
         and path_or_text.strip().lower().endswith((".yaml", ".yml")))
     if not is_path:
         return parse_sensors(path_or_text, mech)
+    from mbfg.loader import read_yaml_text
     path = Path(path_or_text)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SchemaError("file not found; expected a sensors YAML file", file=str(path)) from None
-    except IsADirectoryError:
-        raise SchemaError("is a directory; expected a sensors YAML file", file=str(path)) from None
-    except UnicodeDecodeError as e:
-        raise YamlSyntaxError(f"not UTF-8 text ({e.reason} at byte {e.start})", file=str(path)) from None
-    except OSError as e:
-        raise SchemaError(f"cannot read the file: {e.strerror}", file=str(path)) from None
-    return parse_sensors(text, mech, source=str(path))
+    return parse_sensors(read_yaml_text(path, "sensors"), mech, source=str(path))
