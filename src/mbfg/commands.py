@@ -195,18 +195,29 @@ def cmd_estimate(args) -> int:
     return 0
 
 
+def _add_model_options(p) -> None:
+    """--coords and --integrator (simulate, inverse)."""
+    p.add_argument("--coords", choices=["dependent", "independent"], default="dependent")
+    p.add_argument("--integrator", choices=["trapezoidal", "euler"], default="trapezoidal")
+
+
+def _add_output_options(p, plot: bool = True, out_help="save the result (.npz or .csv)") -> None:
+    """--out, --plot and --quiet."""
+    p.add_argument("--out", help=out_help)
+    if plot:
+        p.add_argument("--plot", help="save a plot (.png, .pdf, .svg)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
 def register(sub) -> None:
     s = sub.add_parser("simulate", help="forward dynamics from the YAML configuration at rest")
     s.add_argument("mechanism", help="mechanism YAML file")
     s.add_argument("--t-end", type=float, default=5.0, help="duration [s] (default 5)")
     s.add_argument("--dt", type=float, default=1e-3, help="time step [s] (default 0.001)")
-    s.add_argument("--coords", choices=["dependent", "independent"], default="dependent")
     s.add_argument("--solver", choices=["smoother", "batch"], default="smoother")
     s.add_argument("--window", type=int, default=2, help="fixed-lag window N_w (default 2)")
-    s.add_argument("--integrator", choices=["trapezoidal", "euler"], default="trapezoidal")
-    s.add_argument("--out", help="save the result (.npz or .csv)")
-    s.add_argument("--plot", help="save a plot (.png, .pdf, .svg)")
-    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_model_options(s)
+    _add_output_options(s)
     s.set_defaults(func=cmd_simulate)
 
     i = sub.add_parser("inverse", help="inverse dynamics: forces for a prescribed motion")
@@ -219,11 +230,8 @@ def register(sub) -> None:
     i.add_argument("--imposed", required=True, help="coordinates with a prescribed motion, "
                    "e.g. 20,21 or theta0,theta1")
     i.add_argument("--actuated", help="coordinates with an unknown force (default: --imposed)")
-    i.add_argument("--coords", choices=["dependent", "independent"], default="dependent")
-    i.add_argument("--integrator", choices=["trapezoidal", "euler"], default="trapezoidal")
-    i.add_argument("--out", help="save the result (.npz or .csv)")
-    i.add_argument("--plot", help="save a plot (.png, .pdf, .svg)")
-    i.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_model_options(i)
+    _add_output_options(i)
     i.set_defaults(func=cmd_inverse)
 
     y = sub.add_parser("synthesize", help="simulate a mechanism and write noisy sensor readings")
@@ -246,6 +254,5 @@ def register(sub) -> None:
     e.add_argument("--window", type=int, default=10, help="smoother window (default 10)")
     e.add_argument("--covariance", action="store_true", help="also estimate standard deviations")
     e.add_argument("--seed", type=int, default=0, help="seed of the particle filter")
-    e.add_argument("--out", help="save the estimates (.npz)")
-    e.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_output_options(e, plot=False, out_help="save the estimates (.npz)")
     e.set_defaults(func=cmd_estimate)
