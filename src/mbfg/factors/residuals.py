@@ -111,7 +111,9 @@ def dynamics_residual(mech, *, forces=None, force_slot=None, accel_slot="a", ind
             Q = np.zeros(q.shape[:-1] + (mech.n,))
             Q[..., fidx] = p[force_slot]
         if not jacobians:
-            return sel(D.forward_dynamics(mech, q, v, Q, baumgarte=baumgarte)) - acc, None
+            qdd = D.forward_dynamics(mech, q, v, Q, baumgarte=baumgarte, J=_phi_q(mech, p),
+                                     Jdot=_phi_q_dot(mech, p))
+            return sel(qdd) - acc, None
         dyn = D.forward_dynamics_jacobians(mech, q, v, Q, baumgarte=baumgarte,
                                            J=_phi_q(mech, p), Jdot=_phi_q_dot(mech, p))
         e = sel(dyn.qdd) - acc

@@ -11,17 +11,10 @@ Residual functions take a dict of slot arrays ``{"q": (T, n), "v": (T, n), ...}`
 """
 from __future__ import annotations
 
-import gtsam
 import numpy as np
 
 from mbfg.solvers.batch import BatchTerm
 from mbfg.solvers.gaussian import unit_noise
-
-
-def read_vectors(values, keys) -> np.ndarray:
-    """Stack the vectors of ``keys`` from a ``VectorValues`` (or ``Values``) into (T, dim)."""
-    get = values.at if isinstance(values, gtsam.VectorValues) else values.atVector
-    return np.stack([get(int(k)) for k in keys])
 
 
 class StackedTerm(BatchTerm):

@@ -87,7 +87,7 @@ def _rhs_c(mech, q, qd, baumgarte, rows=None, Jall=None, Jdot=None):
 
 
 def forward_dynamics(mech, q, qd, Q=None, *, baumgarte: Baumgarte | None = None,
-                     return_multipliers: bool = False):
+                     return_multipliers: bool = False, J=None, Jdot=None):
     """Accelerations qddot(q, qdot, Q) in dependent coordinates, Eq. (5)-(6).
 
     Parameters
@@ -100,6 +100,8 @@ def forward_dynamics(mech, q, qd, Q=None, *, baumgarte: Baumgarte | None = None,
         Stabilization terms (off by default: graphs carry explicit constraint factors).
     return_multipliers : bool
         Also return lambda (..., m), zero on redundant rows.
+    J, Jdot : (..., m, n), optional
+        Phi_q(q) and dPhi_q/dt(q, qd) when the caller already has them.
 
     Returns
     -------
@@ -108,7 +110,7 @@ def forward_dynamics(mech, q, qd, Q=None, *, baumgarte: Baumgarte | None = None,
     q = np.asarray(q, float)
     qd = np.asarray(qd, float)
     lead = q.shape[:-1]
-    rows, J, c = _rhs_c(mech, q, qd, baumgarte)
+    rows, J, c = _rhs_c(mech, q, qd, baumgarte, Jall=J, Jdot=Jdot)
     rhs = np.concatenate([_applied(mech, Q, lead), c], axis=-1)
     sol = np.linalg.solve(_kkt(mech, J), rhs[..., None])[..., 0]
     qdd = sol[..., :mech.n]
