@@ -55,8 +55,10 @@ def main(argv=None):
     print(machine_info() + "\n")
     print("RMSE of the crank angle theta0 [rad], its rate [rad/s] and acceleration [rad/s^2]; "
           "'>2 s': after the first 2 s.  fg-online: causal estimate (readings up to t), "
-          "window 10; fg-online (window-smoothed): the same run's estimates when they leave "
-          "the window (lag 45 ms); fg-batch: the whole recording smoothed.\n")
+          "window 10; (window-smoothed): the same run's estimates when they leave "
+          "the window (lag 45 ms); fg-batch: the whole recording smoothed; +force: with an "
+          "estimated slowly varying force (fg-online+force: on every point coordinate; "
+          "fg-batch+force: on the crank angle).\n")
     for setup, sensors in setups.items():
         print(f"## {setup}\n")
         print(f"Published: {PUBLISHED.get(setup, '-')}\n")
@@ -75,7 +77,7 @@ def main(argv=None):
                           f"{str(exc)[:120]} -->", file=sys.stderr)
                     continue
                 runs.append([m[c] for c in COLS])
-                if name == "fg-online" and "smoothed_pos_rmse" in m:
+                if name.startswith("fg-online") and "smoothed_pos_rmse" in m:
                     smoothed.append([m.get("smoothed_" + c, np.nan) for c in COLS[:-1]]
                                     + [m["ms_per_step"]])
             rows = [(name, runs)]

@@ -4,8 +4,9 @@ import pytest
 
 from mbfg.estimation import (EstimationResult, EstimatorSettings, estimate_batch,
                              estimate_online)
-from mbfg.estimation.harness import (ESTIMATORS, register, review_fourbar, run_case,
-                                     sensor_setups, simulate_prototype)
+from mbfg.estimation.harness import (ESTIMATORS, ONLINE_FORCE_SETTINGS, register,
+                                     review_fourbar, run_case, sensor_setups,
+                                     simulate_prototype)
 from mbfg.sensors import Gyroscope, SensorSet
 
 DT = 0.005
@@ -66,14 +67,18 @@ def test_encoder_converges_from_wrong_initial_angle(fourbar, encoder_runs):
     assert es <= errs["fg-online"]
 
 
-def test_perfect_model_with_gyroscope_tracks_truth(fourbar):
+@pytest.mark.parametrize("noise_coordinates", [(), ("theta0",)])
+def test_perfect_model_with_gyroscope_tracks_truth(fourbar, noise_coordinates):
+    """Exact model and known initial state; process noise and priors on every coordinate or
+    (like the Kalman filters) on the crank angle only, with f_ac fixing the rest."""
     proto, _, _, truth = fourbar
     sensors = SensorSet([Gyroscope(body=1, sigma=9.839e-4)])
     n = int(round(2.0 / DT)) + 1
     tr = tuple(x[:n] for x in truth)
     readings = _readings(proto, sensors, tr, 3)
     # the model is exact and the initial state known: small process noise, tight priors
-    est = EstimatorSettings(sigma_dynamics=0.1, sigma_q0=1e-3, sigma_v0=1e-3)
+    est = EstimatorSettings(sigma_dynamics=0.1, sigma_q0=1e-3, sigma_v0=1e-3,
+                            noise_coordinates=noise_coordinates)
     res = estimate_online(proto, sensors, readings, DT, n, q0=proto.q0, settings=est)
     k = proto.coordinate_index("theta0")
     assert np.abs(res.q[:, k] - tr[1][:, k]).max() < 2e-3
@@ -144,3 +149,40 @@ def test_batch_force_estimate_removes_gravity_bias_seen_by_rate_sensor(fourbar):
             m = run_case(name, proto, model, sensors, T_END, DT, 2, q0=q0)
             errs[name] = m["pos_rmse_after"]
     assert errs["fg-batch+force"] < 0.5 * errs["fg-batch"], errs
+
+
+def test_point_force_state_learns_the_gravity_error(fourbar):
+    """A slowly varying force on every point coordinate (``force_coordinates="points"``) can
+    represent the model's wrong gravity exactly: in natural coordinates the gravity
+    generalized force is a constant vector.  Only its component along the motion acts, the
+    generalized force on the crank angle R^T Q (R = dq/dtheta0); after the first second of
+    the swing it must match R^T (Qg_prototype - Qg_model) of the two gravities."""
+    from mbfg.estimation.kalman import model_state
+    proto, model, q0, truth = fourbar
+    sensors = sensor_setups()["encoder"]
+    readings = _readings(proto, sensors, truth, 4)
+    n = len(truth[0])
+    res = estimate_online(model, sensors, readings, DT, n, q0=q0, settings=ONLINE_FORCE_SETTINGS)
+    assert res.forces.shape == (n, model.n)
+    k = model.coordinate_index("theta0")
+    assert np.all(res.forces[:, k] == 0.0)          # no force state on the angle itself
+    dQ = proto.gravity_forces() - model.gravity_forces()
+    i0 = int(round(1.0 / DT))
+    R = model_state(model, truth[1][i0:], [k], truth[2][i0:, [k]]).R[:, :, 0]
+    true_torque = R @ dQ
+    est_torque = np.einsum("ti,ti->t", R, res.forces[i0:])
+    rms = lambda x: float(np.sqrt(np.mean(x ** 2)))  # noqa: E731
+    assert rms(true_torque) > 1.0                    # the error is not negligible
+    assert rms(est_torque - true_torque) < 0.3 * rms(true_torque), (
+        rms(est_torque - true_torque), rms(true_torque))
+
+
+def test_force_coordinate_names():
+    from mbfg.estimation.graph_estimators import _coordinate_indices
+    _, model, _ = review_fourbar()
+    names = model.coordinate_names
+    pts = _coordinate_indices(model, "points")
+    assert [names[i] for i in pts] == ["x1", "y1", "x2", "y2"]
+    assert _coordinate_indices(model, ("theta0", 1)) == (names.index("theta0"), 1)
+    with pytest.raises(ValueError, match="points"):
+        _coordinate_indices(model, "all")

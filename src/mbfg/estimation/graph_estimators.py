@@ -41,7 +41,6 @@ from dataclasses import dataclass
 import gtsam
 import numpy as np
 
-from mbfg.errors import ConvergenceError
 from mbfg.estimation.result import EstimationResult
 from mbfg.factors.sensors import observation_residual
 from mbfg.graphs import linear_blocks as L
@@ -72,12 +71,29 @@ class EstimatorSettings:
         ``sigma_force_walk`` [N, N m per step] and a loose prior ``sigma_force0`` on Q_0.
         Unmodelled forces that persist (a wrong gravity, friction) then need much less
         process noise; pass e.g. ``("theta0",)`` with a smaller ``sigma_dynamics``.
-    sigma_constraints : position and velocity constraint factors
+        ``"points"``: every free point coordinate (x, y of the natural coordinates).  A
+        constant force there is any constant set of point loads, including a wrong gravity
+        exactly (in natural coordinates the gravity generalized force is a constant vector,
+        :meth:`Mechanism.gravity_forces`); only its component along the motion acts, so it
+        becomes observable as the motion sweeps the constraint manifold.  Use a slow walk
+        (``sigma_force_walk`` ~ 0.005 N per step) and a prior ``sigma_force0`` of the size of
+        the suspected error.
+    noise_coordinates : coordinates (indices or names) in which the noise model is written,
+        like the independent coordinates z of the Kalman filters: the process noise acts on
+        their accelerations only (the dynamics factor keeps those rows, and the acceleration
+        constraints f_ac^d with ``sigma_constraints`` fix the others) and the initial priors
+        act on their q and v only (the constraints fix the rest).  Their number must be the
+        mechanism's degrees of freedom and they must stay independent along the motion (the
+        crank angle of a crank-rocker).  Empty (the default): process noise on every
+        coordinate's acceleration and priors on every coordinate; the effective noise on
+        the motion then depends on the coordinates' scaling (sigma / |dq/dz|).
+    sigma_constraints : position, velocity (and acceleration) constraint factors
     sigma_q0, sigma_v0 : initial priors on q_0, v_0 (loose: the initial state is uncertain)
     max_iterations : Gauss-Newton solves per step (online) or in total (batch)
     """
     sigma_dynamics: object = 5.0
     force_coordinates: tuple = ()
+    noise_coordinates: tuple = ()
     sigma_force_walk: float = 0.5
     sigma_force0: float = 100.0
     sigma_integrator: float = 1e-4
@@ -92,6 +108,30 @@ class EstimatorSettings:
                                sigma_integrator=self.sigma_integrator,
                                sigma_dynamics=self.sigma_dynamics,
                                sigma_constraints=self.sigma_constraints)
+
+
+def _coordinate_indices(mech, coords) -> tuple:
+    """Coordinate indices of names/indices, or of ``"points"`` (every free point coordinate)."""
+    if isinstance(coords, str):
+        if coords != "points":
+            raise ValueError(f"coordinates must be a sequence of names/indices or 'points', "
+                             f"got {coords!r}")
+        pc = np.asarray(mech.point_coords, int)
+        return tuple(int(i) for i in np.unique(pc[pc >= 0]))
+    return tuple(mech.coordinate_names.index(c) if isinstance(c, str) else int(c)
+                 for c in coords)
+
+
+def _rows(f, idx):
+    """Residual family ``f`` restricted to its rows ``idx``."""
+    idx = np.asarray(idx, int)
+
+    def g(p, jacobians=True):
+        e, J = f(p, jacobians)
+        return e[:, idx], (None if J is None else {s: A[:, idx] for s, A in J.items()})
+
+    g.slots = f.slots
+    return g
 
 
 def _masked(f, mask):
@@ -118,9 +158,8 @@ class ObservedProblem(ForwardProblem):
     def __init__(self, mech, sensors, readings, n_steps, est: EstimatorSettings, dt):
         super().__init__(mech, est.forward_settings(dt), "dependent")
         self.est = est
-        self.force_indices = tuple(
-            mech.coordinate_names.index(c) if isinstance(c, str) else int(c)
-            for c in est.force_coordinates)
+        self.force_indices = _coordinate_indices(mech, est.force_coordinates)
+        self.noise_indices = _coordinate_indices(mech, est.noise_coordinates)
         if self.force_indices:
             from mbfg.graphs.layout import StepLayout
             self.layout = StepLayout(self.layout.slots + (("Q", len(self.force_indices)),))
@@ -143,9 +182,13 @@ class ObservedProblem(ForwardProblem):
             self._has.append(has)
 
     def initial_priors(self, q_start, v_start, row: int = 0) -> list:
-        lay, e = self.layout, self.est
-        out = [L.prior(lay, row, "q", q_start, e.sigma_q0),
-               L.prior(lay, row, "v", v_start, e.sigma_v0)]
+        lay, e, n = self.layout, self.est, self.mech.n
+        sq = np.broadcast_to(np.asarray(e.sigma_q0, float), (n,)).copy()
+        sv = np.broadcast_to(np.asarray(e.sigma_v0, float), (n,)).copy()
+        if self.noise_indices:
+            others = np.setdiff1d(np.arange(n), self.noise_indices)
+            sq[others] = sv[others] = np.inf
+        out = [L.prior(lay, row, "q", q_start, sq), L.prior(lay, row, "v", v_start, sv)]
         if self.force_indices:
             out.append(L.prior(lay, row, "Q", np.zeros(len(self.force_indices)), e.sigma_force0))
         return out
@@ -162,13 +205,17 @@ class ObservedProblem(ForwardProblem):
         return super().pack(q, v, a)  # the force slot (if any) starts at zero
 
     def nonlinear_term(self, steps, rows):
-        if self.force_indices:
+        if self.force_indices or self.noise_indices:
             s, mech = self.settings, self.mech
-            term = T.StackedTerm(self.layout, rows, [
-                (T.position_constraints_residual(mech), s.sigma_constraints),
-                (T.velocity_constraints_residual(mech), s.sigma_constraints),
-                (T.dynamics_residual(mech, force_slot="Q", force_indices=self.force_indices),
-                 s.sigma_dynamics)])
+            families = [(T.position_constraints_residual(mech), s.sigma_constraints),
+                        (T.velocity_constraints_residual(mech), s.sigma_constraints)]
+            dyn = (T.dynamics_residual(mech, force_slot="Q", force_indices=self.force_indices)
+                   if self.force_indices else T.dynamics_residual(mech))
+            if self.noise_indices:
+                families.append((T.acceleration_constraints_residual(mech), s.sigma_constraints))
+                dyn = _rows(dyn, self.noise_indices)
+            families.append((dyn, s.sigma_dynamics))
+            term = T.StackedTerm(self.layout, rows, families)
         else:
             term = super().nonlinear_term(steps, rows)
         steps = np.asarray(steps, int)
@@ -180,34 +227,13 @@ class ObservedProblem(ForwardProblem):
 
 class _ObservedSmoother(FixedLagSmoother):
     """The fixed-lag smoother with the observation terms rebuilt every step (the readings
-    change from step to step) and the last window linearization kept for covariances."""
+    change from step to step) and the last window linearization kept for covariances.
+    Construct it with ``on_failure="best"``: a window that does not converge keeps the best
+    point of a damped solve instead of stopping the estimator."""
 
     def _set_problem(self, problem):
         super()._set_problem(problem)
         self._varying = True
-
-    unconverged = 0
-
-    def _solve(self):
-        """The smoother's window solve; a window that does not converge within
-        ``max_iterations`` keeps the best point of a damped (LM) solve instead of stopping
-        the estimator (counted in ``unconverged``)."""
-        try:
-            return super()._solve()
-        except ConvergenceError:
-            pass
-        self.unconverged += 1
-        W = self.W
-        L_ = W.shape[0]
-        steps = np.arange(self.first, self.first + L_)
-        lin_terms, nl, keys = self._window_terms(L_, steps)
-        W, _ = optimize(self.prior + lin_terms + [nl], W, keys,
-                        max_iterations=self.max_iterations, raise_on_failure=False,
-                        relative_tolerance=self.relative_tolerance)
-        _, _, A0, e0 = self._linearize(W, self.prior, lin_terms, nl, keys)
-        self._lin_x0, self._lin_nl0 = W[0], (A0, e0)
-        self.W = W
-        self.steps_done += 1
 
     def _linearize(self, W, prior, lin_terms, nl, keys):
         out = super()._linearize(W, prior, lin_terms, nl, keys)
@@ -231,6 +257,15 @@ def _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0):
                                                                      np.asarray(qd0, float))
     problem = ObservedProblem(model, sensors, readings, n_steps, est, dt)
     return est, q0, qd0, problem
+
+
+def _forces(problem, parts):
+    """(T, n) generalized forces of the force slot (None without a force state)."""
+    if not problem.force_indices:
+        return None
+    Q = np.zeros((parts["q"].shape[0], problem.mech.n))
+    Q[:, list(problem.force_indices)] = parts["Q"]
+    return Q
 
 
 def _stds(mech, covs):
@@ -272,7 +307,8 @@ def estimate_online(model, sensors, readings, dt, n_steps, *, window=10, setting
     n, N = model.n, int(n_steps)
     lay = problem.layout
     sm = _ObservedSmoother(problem, window, max_iterations=est.max_iterations,
-                           relative_tolerance=est.relative_tolerance, reselect=None)
+                           relative_tolerance=est.relative_tolerance, reselect=None,
+                           on_failure="best")
     causal = np.empty((N, lay.dim))
     covs = np.empty((N, lay.dim, lay.dim)) if covariance else None
     sm.initialize(q0, qd0)
@@ -299,7 +335,8 @@ def estimate_online(model, sensors, readings, dt, n_steps, *, window=10, setting
                                       window=int(window), iterations=sm.iterations,
                                       max_iterations_per_step=sm.max_iterations_per_step,
                                       fallbacks=sm.fallbacks,
-                                      unconverged_steps=sm.unconverged))
+                                      unconverged_steps=sm.unconverged),
+                           forces=_forces(problem, p))
     if sm.unconverged:
         import warnings
         warnings.warn(f"fg-online: {sm.unconverged} of {N} window solves did not converge within "
@@ -359,7 +396,8 @@ def estimate_batch(model, sensors, readings, dt, n_steps, *, settings=None, q0=N
                            p["q"].copy(), p["v"].copy(), p["a"].copy(),
                            stats=dict(ms_per_step=1e3 * seconds / max(N, 1), seconds=seconds,
                                       iterations=st.iterations, final_error=st.final_error,
-                                      converged=st.converged))
+                                      converged=st.converged),
+                           forces=_forces(problem, p))
     if covariance:
         res.z_std, res.zd_std = _stds(model, covs)
     return res

@@ -52,6 +52,11 @@ def register(name: str, fn) -> None:
     ESTIMATORS[str(name)] = fn
 
 
+ONLINE_FORCE_SETTINGS = EstimatorSettings(force_coordinates="points", sigma_force0=5.0,
+                                          sigma_force_walk=0.005, sigma_dynamics=0.5,
+                                          sigma_q0=0.7, sigma_v0=1.0)
+"""Settings of ``fg-online+force`` (tuned on seeds 0-3 of the review's benchmark)."""
+
 register("fg-online", lambda model, sensors, readings, dt, n_steps, **kw:
          estimate_online(model, sensors, readings, dt, n_steps, window=10, **kw))
 register("fg-batch", lambda model, sensors, readings, dt, n_steps, **kw:
@@ -64,6 +69,13 @@ register("fg-batch+force", lambda model, sensors, readings, dt, n_steps, **kw:
                                                        model.coordinate_names[j]
                                                        for j in model.angle_coords),
                                                    sigma_force_walk=2.0), **kw))
+register("fg-online+force", lambda model, sensors, readings, dt, n_steps, **kw:
+         estimate_online(model, sensors, readings, dt, n_steps, window=10,
+                         settings=ONLINE_FORCE_SETTINGS, **kw))
+"""The online estimator with an unknown, slowly varying generalized force on every point
+coordinate (``force_coordinates="points"``): a constant set of point loads, which includes the
+model's wrong gravity (see :class:`EstimatorSettings`)."""
+
 """The batch smoother that also estimates an unknown generalized force on each relative angle
 (a random walk, like errorEKF_FE): the model's wrong gravity then no longer biases the
 position seen through rate sensors."""

@@ -24,6 +24,9 @@ class EstimationResult:
     z_std, zd_std : (T, d) or None
         Standard deviations of the independent coordinates and their rates, when the
         estimator provides covariances.
+    forces : (T, n) or None
+        Estimated unknown generalized forces [N, N m] (estimators with a force state; zero on
+        the coordinates without one).
     stats : dict
         At least ``ms_per_step``; anything else useful (iterations, branch probabilities...).
     """
@@ -37,6 +40,7 @@ class EstimationResult:
     qdd_smoothed: np.ndarray | None = None
     z_std: np.ndarray | None = None
     zd_std: np.ndarray | None = None
+    forces: np.ndarray | None = None
     stats: dict = field(default_factory=dict)
 
     def save(self, path):

@@ -93,6 +93,11 @@ class FixedLagSmoother:
         Convergence when the decrease of the window error predicted by the Gauss-Newton
         model at the current estimate is at most ``relative_tolerance * error`` or at most
         ``absolute_tolerance`` (error = 0.5 * sum of squared whitened residuals).
+    on_failure : "raise" or "best"
+        A window that does not converge within ``max_iterations`` raises
+        :class:`~mbfg.errors.ConvergenceError` (simulation: never return garbage), or, with
+        ``"best"`` (estimation: one bad window must not stop a long run), gets a full damped
+        solve and keeps its best point; such windows are counted in ``unconverged``.
 
     Use :meth:`initialize` then :meth:`advance` (or :meth:`run`).  ``history`` receives
     (step, x) of each step as it leaves the window; :meth:`run` returns all steps.
@@ -100,8 +105,11 @@ class FixedLagSmoother:
 
     def __init__(self, problem, window: int = 2, *, max_iterations: int = 10,
                  relative_tolerance: float = 1e-6, absolute_tolerance: float = 1e-8,
-                 reselect: float | None = 0.9):
+                 reselect: float | None = 0.9, on_failure: str = "raise"):
         window = int(window)
+        if on_failure not in ("raise", "best"):
+            raise ValueError(f"on_failure must be 'raise' or 'best', got {on_failure!r}")
+        self.on_failure = on_failure
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         self.window = window
@@ -117,6 +125,7 @@ class FixedLagSmoother:
         self.iterations = 0
         self.max_iterations_per_step = 0
         self.fallbacks = 0
+        self.unconverged = 0
         self.steps_done = 0
         self.switches: list = []
 
@@ -304,6 +313,10 @@ class FixedLagSmoother:
             if predicted <= rtol * err or predicted <= atol:
                 converged = True  # W + D is the (free) last Gauss-Newton step
                 break
+        if not converged and self.on_failure == "best":
+            W, err, it, A0, e0 = self._fallback(W, prior, lin_terms, nl, keys, steps, it)
+            x_lin0 = W[0]
+            converged = True
         self.iterations += it
         self.max_iterations_per_step = max(self.max_iterations_per_step, it)
         if not converged:
@@ -358,14 +371,17 @@ class FixedLagSmoother:
         self.steps_done -= 1
 
     def _fallback(self, W_prev, prior, lin_terms, nl, keys, steps, it):
-        """Damped Gauss-Newton / LM (mbfg.solvers.batch.optimize) from the best point."""
+        """Damped Gauss-Newton / LM (mbfg.solvers.batch.optimize) from the best point
+        (with ``on_failure="best"``: a full solve that keeps its best point if it does not
+        converge)."""
         self.fallbacks += 1
-        remaining = max(1, self.max_iterations - it)
+        keep_best = self.on_failure == "best"
+        remaining = self.max_iterations if keep_best else max(1, self.max_iterations - it)
         try:
             W, st = optimize(prior + lin_terms + [nl], W_prev, keys,
                              max_iterations=remaining,
                              relative_tolerance=self.relative_tolerance,
-                             absolute_tolerance=1e-24,
+                             absolute_tolerance=1e-24, raise_on_failure=not keep_best,
                              what=f"fixed-lag smoother at step {steps[-1]}")
         except ConvergenceError as exc:
             self.iterations += it + exc.iterations
@@ -373,5 +389,7 @@ class FixedLagSmoother:
                 f"fixed-lag smoother did not converge at step {steps[-1]} "
                 f"(window {steps[0]}-{steps[-1]}, damped fallback)",
                 residual=exc.residual, iterations=it + exc.iterations) from None
+        if not st.converged:
+            self.unconverged += 1
         _, err, A0, e0 = self._linearize(W, prior, lin_terms, nl, keys)
         return W, err, it + st.iterations, A0, e0
