@@ -116,8 +116,9 @@ def _rk4(model, q, z, zd, zdd, v, idx, dt, Q):
     return q4, z1, zd1, ok2 & ok3 & ok4
 
 
-def _systematic(w, rng):
-    M = w.size
+def _systematic(w, rng, count=None):
+    """``count`` (default ``w.size``) indices drawn by systematic resampling."""
+    M = w.size if count is None else int(count)
     u = (rng.random() + np.arange(M)) / M
     c = np.cumsum(w)
     c[-1] = 1.0
@@ -129,7 +130,7 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
                     n_particles=100, sigma_a=1.0, sensor_sigmas=None, init="uniform",
                     z_range=None, zd_max=2.0, z_std=0.1, zd_std=0.1, branch_init="uniform",
                     branch_points=None, true_branch=None, resample_threshold=0.5,
-                    integrator="rk4", indices=None, forces=None):
+                    initial_particles=None, integrator="rk4", indices=None, forces=None):
     """Particle filter with branch inference (2015 paper, Algorithm 1).
 
     Parameters (besides the common ones)
@@ -155,14 +156,21 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
         ``stats["branch_probability"]`` (T,) is P(B = true_branch) after each step.
     resample_threshold : float
         Resample when ESS < threshold * M (Algorithm 1: 1/2).
+    initial_particles : int, optional
+        Start with this many particles (more than ``n_particles``) and resample down to
+        ``n_particles`` once one branch has probability > 0.99: the unknown initial state
+        and branch need a dense cover (see ``docs/benchmarks.md``: with 100 particles the
+        true mode is often lost in the first readings), tracking afterwards does not.
+        Default: ``n_particles`` throughout (Algorithm 1).
 
     Supports one independent coordinate with uniform initialization (the sweep that builds
     the per-branch configurations is 1-D); ``init="gaussian"`` works for any DOF.
 
     Returns an :class:`EstimationResult` named ``"pf"``: causal weighted-mean estimates,
     weighted standard deviations in ``z_std``/``zd_std``; stats: ``ms_per_step``,
-    ``p_branch_plus`` (T,), ``ess`` (T,), ``resamples``, ``branch_probability`` (if
-    ``true_branch``), ``branch_points``, ``n_particles``.
+    ``p_branch_plus`` (T,), ``ess`` (T,), ``population`` (T,) (particles at each step),
+    ``resamples``, ``branch_probability`` (if ``true_branch``), ``branch_points``,
+    ``n_particles``.
     """
     t0 = time.perf_counter()
     n_steps = int(n_steps)
@@ -170,7 +178,8 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
     sensors, sig, per_step = _prepare(model, sensors, readings, n_steps, sensor_sigmas)
     qa, idx, zd0 = _setup(model, q0, qd0, indices)
     q0a = qa[0]
-    d, n, M = idx.size, model.n, int(n_particles)
+    d, n, M_target = idx.size, model.n, int(n_particles)
+    M = max(int(initial_particles or 0), M_target)  # current population size
     Qfun = _force_fn(forces, n)
     pts = default_branch_points(model) if branch_points is None else tuple(branch_points)
     angular = np.isin(idx, model.angle_coords)
@@ -218,6 +227,7 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
     zdstd = np.empty((n_steps, d))
     p_plus = np.empty(n_steps)
     ess_t = np.empty(n_steps)
+    population = np.empty(n_steps, int)
     n_res = 0
     z_prev = q0a[idx].copy()
     for k in range(n_steps):
@@ -258,6 +268,7 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
         logw = np.log(np.maximum(w, 1e-300))
         ess = 1.0 / np.sum(w * w)
         ess_t[k] = ess
+        population[k] = M
         # ---- estimates (Eqs. 19, 20)
         bsign = branch_sign(model, q, pts)
         p_plus[k] = float(np.sum(w[bsign > 0]))
@@ -285,16 +296,19 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
         stm = model_state(model, qm, idx, zdm[None], zdd=zddm[None])
         out_q[k], out_qd[k], out_qdd[k] = stm.q[0], stm.qd[0], stm.qdd[0]
         # lines 11-14: selective (systematic) resampling
-        if ess < resample_threshold * M:
-            sel = _systematic(w, rng)
+        shrink = M > M_target and max(p_plus[k], 1.0 - p_plus[k]) > 0.99
+        if ess < resample_threshold * M or shrink:
+            sel = _systematic(w, rng, M_target if shrink else M)
+            M = sel.size
             z, zd, zdd, q, qdd, noise = z[sel], zd[sel], zdd[sel], q[sel], qdd[sel], noise[sel]
             st.R = st.R[sel]
             st.qd = st.qd[sel]
             logw = np.full(M, -np.log(M))
             n_res += 1
-    stats = {"indices": tuple(int(i) for i in idx), "n_particles": M, "sigma_a": sigma_a,
+    stats = {"indices": tuple(int(i) for i in idx), "n_particles": M_target, "sigma_a": sigma_a,
              "integrator": integrator,
              "p_branch_plus": p_plus, "ess": ess_t, "resamples": n_res,
+             "population": population,
              "branch_points": pts, "model_branch": b0}
     if true_branch is not None:
         tb = int(np.sign(true_branch))
