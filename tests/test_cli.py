@@ -150,6 +150,27 @@ def test_synthesize_then_estimate(tmp_path, capsys):
         assert np.sqrt(np.mean((q[:, 4] - true_q[:, 4]) ** 2)) < 0.5 * np.radians(1.0)
 
 
+def test_estimate_with_unknown_force(tmp_path, capsys):
+    """--unknown-force points: the estimated forces are saved; a bad name is a usage error."""
+    sensors = tmp_path / "sensors.yaml"
+    sensors.write_text("sensors:\n  - {type: encoder, coordinate: theta0, sigma_deg: 1}\n")
+    readings = tmp_path / "readings.txt"
+    mech = str(MECHANISMS / "fourbar-review.yaml")
+    code, _, err = run(["synthesize", mech, "--sensors", str(sensors), "--t-end", "0.3",
+                        "--out", str(readings)], capsys)
+    assert code == 0, err
+    est = tmp_path / "est.npz"
+    code, _, err = run(["estimate", mech, "--sensors", str(sensors), "--readings", str(readings),
+                        "--unknown-force", "points", "--out", str(est), "--quiet"], capsys)
+    assert code == 0, err
+    forces = np.load(est)["forces"]
+    assert forces.shape == (61, 5) and np.all(forces[:, 4] == 0.0)   # none on theta0
+    for bad, method in (("x1,nope", "smoother"), ("points", "ekf")):
+        code, _, err = run(["estimate", mech, "--sensors", str(sensors), "--readings",
+                            str(readings), "--unknown-force", bad, "--method", method], capsys)
+        assert code == 2 and "--unknown-force" in err and len(err.strip().splitlines()) == 1
+
+
 def test_estimate_bad_readings_file(tmp_path, capsys):
     sensors = tmp_path / "sensors.yaml"
     sensors.write_text("sensors:\n  - {type: encoder, coordinate: theta0, sigma_deg: 1}\n")

@@ -154,6 +154,21 @@ def cmd_synthesize(args) -> int:
 ESTIMATE_METHODS = ("smoother", "batch", "ekf", "ekf_fe", "ukf", "dekf", "pf")
 
 
+def _estimator_settings(args, mech):
+    """EstimatorSettings of --unknown-force (None: the defaults)."""
+    if not args.unknown_force:
+        return None
+    if args.method not in ("smoother", "batch"):
+        raise UsageError(f"--unknown-force needs --method smoother or batch, not {args.method}")
+    import dataclasses
+
+    from mbfg.estimation.harness import ONLINE_FORCE_SETTINGS
+    coords = args.unknown_force
+    if coords != "points":
+        coords = parse_coordinates(coords, mech, "--unknown-force")
+    return dataclasses.replace(ONLINE_FORCE_SETTINGS, force_coordinates=coords)
+
+
 def cmd_estimate(args) -> int:
     """State estimation from a readings file with a factor graph or a filter baseline."""
     import mbfg
@@ -167,15 +182,17 @@ def cmd_estimate(args) -> int:
     dt = uniform_step(t, args.readings)
     if args.window < 1:
         raise UsageError(f"--window must be >= 1, got {args.window}")
+    settings = _estimator_settings(args, mech)
     bar = ProgressBar(f"estimate ({args.method})", enabled=False if args.quiet else None)
     try:
         if args.method == "smoother":
             from mbfg.estimation import estimate_online
             res = estimate_online(mech, sensors, readings, dt, t.size, window=args.window,
-                                  covariance=args.covariance, progress=bar)
+                                  covariance=args.covariance, progress=bar, settings=settings)
         elif args.method == "batch":
             from mbfg.estimation import estimate_batch
-            res = estimate_batch(mech, sensors, readings, dt, t.size, covariance=args.covariance)
+            res = estimate_batch(mech, sensors, readings, dt, t.size, covariance=args.covariance,
+                                 settings=settings)
         else:
             from mbfg.estimation import kalman, particle
             fn = {"ekf": kalman.ekf, "ekf_fe": kalman.ekf_fe, "ukf": kalman.ukf,
@@ -253,6 +270,10 @@ def register(sub) -> None:
                    help="factor graph (smoother: online fixed-lag, batch: offline) or a filter")
     e.add_argument("--window", type=int, default=10, help="smoother window (default 10)")
     e.add_argument("--covariance", action="store_true", help="also estimate standard deviations")
+    e.add_argument("--unknown-force", metavar="COORDS",
+                   help="also estimate a slowly varying unknown generalized force on these "
+                        "coordinates (comma-separated names, or 'points' for every point "
+                        "coordinate: learns e.g. a wrong gravity); smoother and batch only")
     e.add_argument("--seed", type=int, default=0, help="seed of the particle filter")
     _add_output_options(e, plot=False, out_help="save the estimates (.npz)")
     e.set_defaults(func=cmd_estimate)
