@@ -100,7 +100,10 @@ fig.savefig(FIGURES / "estimation-review-fourbar.png", dpi=110)
 #
 # A small four-bar (ground 0.59 m, crank 0.125 m, coupler 0.27 m, rocker 0.54 m) is released
 # on its *lower* assembly branch; a gyroscope on the rocker (true sigma 0.3 deg/s, assumed
-# 1 deg/s) is the only sensor.  100 particles start with uniform angle, rate and branch.
+# 1 deg/s) is the only sensor.  The particles start with uniform angle, rate and branch.  With
+# the paper's 100 particles from the start the filter loses the true mode for about a third of
+# the seeds (docs/benchmarks.md), so it starts with 1000 hypotheses and keeps 100 once the
+# branch is decided.
 
 # %%
 pf_mech = mbfg.load_mechanism(ROOT / "mechanisms" / "fourbar-pf2015.yaml")
@@ -110,7 +113,7 @@ gyro = SensorSet([Gyroscope(body=2, sigma=np.radians(0.3))])
 pf_readings = gyro.synthesize(pf_mech, ref.t, ref.q, ref.qd, ref.qdd, rng=np.random.default_rng(3))
 true_branch = int(branch_sign(pf_mech, ref.q[0]))
 pf = particle_filter(pf_mech, gyro, pf_readings, DT, ref.t.size, seed=3, n_particles=100,
-                     sigma_a=10.0, zd_max=0.5, sensor_sigmas=np.radians(1.0),
+                     initial_particles=1000, sigma_a=10.0, zd_max=0.5, sensor_sigmas=np.radians(1.0),
                      true_branch=true_branch)
 p = pf.stats["branch_probability"]
 first = int(np.argmax(p > 0.99)) if np.any(p > 0.99) else None
@@ -121,6 +124,7 @@ print(f"particle filter: P(true branch) > 0.99 after {first} readings (paper: ab
       f"{pf.stats['ms_per_step']:.1f} ms/step")
 fig, ax = plt.subplots(1, 2, figsize=(11, 3.2))
 ax[0].plot(ref.t, p)
+ax[0].set_xlim(0, 0.3)
 ax[0].set_xlabel("t [s]")
 ax[0].set_ylabel("P(true branch)")
 ax[1].plot(ref.t, err)
