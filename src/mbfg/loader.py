@@ -63,8 +63,12 @@ def _type_name(value) -> str:
 class _Reader:
     """Walks the YAML document, remembering the line of every node for error messages."""
 
-    def __init__(self, text: str, source: str | None):
+    def __init__(self, text: str, source: str | None, expected: str | None = None):
+        """``expected``: what a syntax error message says the file should be (default: a
+        mechanism's top-level mapping)."""
         self.source = source
+        if expected is None:
+            expected = f"a YAML mapping of {', '.join(TOP_LEVEL_KEYS)}"
         self.lines: dict[str, int] = {}
         try:
             loader = yaml.SafeLoader(text)
@@ -78,8 +82,8 @@ class _Reader:
             line = mark.line + 1 if mark is not None else None
             what = " ".join(str(x) for x in (e.context, e.problem) if x)
             column = f" (column {mark.column + 1})" if mark is not None else ""
-            raise YamlSyntaxError(f"malformed YAML: {what}{column}; expected a YAML mapping of "
-                                  f"{', '.join(TOP_LEVEL_KEYS)}", file=source, line=line) from None
+            raise YamlSyntaxError(f"malformed YAML: {what}{column}; expected {expected}",
+                                  file=source, line=line) from None
         except yaml.YAMLError as e:
             raise YamlSyntaxError(f"malformed YAML: {' '.join(str(e).split())}", file=source) from None
         except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:

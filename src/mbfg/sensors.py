@@ -37,9 +37,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import yaml
 
-from mbfg.errors import SchemaError, YamlSyntaxError
+from mbfg.errors import SchemaError
 
 __all__ = ["Sensor", "AngleEncoder", "Gyroscope", "Accelerometer", "Marker", "Distance",
            "SensorSet", "Readings", "SENSOR_TYPES", "load_sensors", "parse_sensors",
@@ -467,43 +466,10 @@ _TYPE_KEYS = {
 }
 
 
-def _sensor_reader(text, source):
-    from mbfg.loader import _Reader
-
-    class _SensorReader(_Reader):
-        def __init__(self, text, source):  # parse like mbfg.loader, with sensor messages
-            self.source = source
-            self.lines = {}
-            try:
-                loader = yaml.SafeLoader(text)
-                try:
-                    node = loader.get_single_node()
-                    self.data = loader.construct_document(node) if node is not None else None
-                finally:
-                    loader.dispose()
-            except yaml.MarkedYAMLError as e:
-                mark = e.problem_mark or e.context_mark
-                what = " ".join(str(x) for x in (e.context, e.problem) if x)
-                column = f" (column {mark.column + 1})" if mark is not None else ""
-                raise YamlSyntaxError(f"malformed YAML: {what}{column}; expected a mapping with "
-                                      "a 'sensors' list", file=source,
-                                      line=mark.line + 1 if mark is not None else None) from None
-            except yaml.YAMLError as e:
-                raise YamlSyntaxError(f"malformed YAML: {' '.join(str(e).split())}",
-                                      file=source) from None
-            except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
-                raise YamlSyntaxError(f"malformed YAML: {e or type(e).__name__}",
-                                      file=source) from None
-            if node is not None:
-                self._record(node, "", node.start_mark.line + 1, set())
-
-    return _SensorReader(text, source)
-
-
 class _SensorLoader:
     def __init__(self, text, source, mech):
-        from mbfg.loader import _Loader
-        self.r = _sensor_reader(text, source)
+        from mbfg.loader import _Loader, _Reader
+        self.r = _Reader(text, source, expected="a mapping with a 'sensors' list")
         self.base = _Loader(self.r)  # typed accessors: mapping, sequence, require, expression
         self.mech = mech
         self.env = dict(mech.spec.parameters)
