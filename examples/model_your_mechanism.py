@@ -146,15 +146,22 @@ mplot.save(ax.figure, OUT / "tutorial-slider-crank.png")
 # smoother of two steps and the trapezoidal integrator.
 
 # %%
-t0 = time.perf_counter()
-run = simulate_smoother(slider, t_end=T_END, dt=DT, window=2)
-print(f"simulated {run.stats['steps']} steps in {time.perf_counter() - t0:.2f} s "
-      f"({run.stats['ms_per_step']:.2f} ms/step, {run.stats['iterations']} Gauss-Newton iterations)")
-print(f"max |Phi(q)|:        {run.position_residual.max():.3e} m")
-print(f"max |Phi_q qdot|:    {run.velocity_residual.max():.3e} m/s")
-theta = run.q[:, slider.coordinate_index("theta0")]
+def simulate_and_report(mech):
+    """Forward dynamics from rest (fixed-lag smoother, window 2) and a short report."""
+    t0 = time.perf_counter()
+    res = simulate_smoother(mech, t_end=T_END, dt=DT, window=2)
+    print(f"simulated {res.stats['steps']} steps in {time.perf_counter() - t0:.2f} s "
+          f"({res.stats['ms_per_step']:.2f} ms/step, {res.stats['iterations']} Gauss-Newton "
+          f"iterations)")
+    print(f"max |Phi(q)|:        {res.position_residual.max():.3e} m")
+    print(f"max |Phi_q qdot|:    {res.velocity_residual.max():.3e} m/s")
+    th = res.q[:, mech.coordinate_index("theta0")]
+    print(f"crank angle range:   {np.rad2deg(th.min()):.2f} .. {np.rad2deg(th.max()):.2f} deg")
+    return res
+
+
+run = simulate_and_report(slider)
 x2 = run.q[:, slider.coordinate_index("x2")]
-print(f"crank angle range:   {np.rad2deg(theta.min()):.2f} .. {np.rad2deg(theta.max()):.2f} deg")
 print(f"piston stroke used:  {x2.min():.4f} .. {x2.max():.4f} m")
 
 
@@ -263,14 +270,7 @@ ax.set_title("quick-return at q0")
 mplot.save(ax.figure, OUT / "tutorial-quick-return.png")
 
 # %%
-t0 = time.perf_counter()
-run_qr = simulate_smoother(qr, t_end=T_END, dt=DT, window=2)
-print(f"simulated {run_qr.stats['steps']} steps in {time.perf_counter() - t0:.2f} s "
-      f"({run_qr.stats['ms_per_step']:.2f} ms/step)")
-print(f"max |Phi(q)|:        {run_qr.position_residual.max():.3e} m")
-print(f"max |Phi_q qdot|:    {run_qr.velocity_residual.max():.3e} m/s")
-th = run_qr.q[:, qr.coordinate_index("theta0")]
-print(f"crank angle range:   {np.rad2deg(th.min()):.2f} .. {np.rad2deg(th.max()):.2f} deg")
+run_qr = simulate_and_report(qr)
 drift_qr, rel_qr = plot_run(qr, run_qr, "quick-return falling from rest",
                             OUT / "tutorial-quick-return-simulation.png")
 print(f"peak kinetic energy: {energy_drift(qr, run_qr)[0].max():.6f} J")
