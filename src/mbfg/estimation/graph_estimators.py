@@ -122,8 +122,7 @@ def _coordinate_indices(mech, coords) -> tuple:
                              f"got {coords!r}")
         pc = np.asarray(mech.point_coords, int)
         return tuple(int(i) for i in np.unique(pc[pc >= 0]))
-    return tuple(mech.coordinate_names.index(c) if isinstance(c, str) else int(c)
-                 for c in coords)
+    return tuple(mech.coordinate_index(c) for c in coords)
 
 
 def _rows(f, idx):
