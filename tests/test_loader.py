@@ -456,8 +456,14 @@ CONSTRAINT_BAD = [
 @pytest.mark.parametrize("case", CONSTRAINT_BAD, ids=[c[0] for c in CONSTRAINT_BAD])
 def test_bad_constraints(tmp_path, case):
     _, item, yaml_path, fragments = case
-    path = tmp_path / "slider.yaml"
-    path.write_text(FOURBAR + "constraints:\n" + item + "\n")
+    _assert_bad_section(tmp_path, "constraints", item, yaml_path, fragments)
+
+
+def _assert_bad_section(tmp_path, section, item, yaml_path, fragments):
+    """The four-bar plus a bad ``section`` list item: a SchemaError at line 26 naming
+    ``yaml_path`` and containing every fragment."""
+    path = tmp_path / f"{section}.yaml"
+    path.write_text(FOURBAR + f"{section}:\n" + item + "\n")
     err = load_error(path, SchemaError)
     assert_located(err, path, yaml_path, 26)
     for fragment in fragments:
@@ -473,12 +479,7 @@ def test_bad_constraints(tmp_path, case):
      ["point index 5 out of range"]),
 ])
 def test_bad_relative_coordinates(tmp_path, item, yaml_path, fragments):
-    path = tmp_path / "rel.yaml"
-    path.write_text(FOURBAR + "relative_coordinates:\n" + item + "\n")
-    err = load_error(path, SchemaError)
-    assert_located(err, path, yaml_path, 26)
-    for fragment in fragments:
-        assert fragment in str(err)
+    _assert_bad_section(tmp_path, "relative_coordinates", item, yaml_path, fragments)
 
 
 def test_gravity_needs_two_components(tmp_path):
