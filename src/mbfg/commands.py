@@ -162,7 +162,7 @@ def _estimator_settings(args, mech):
         raise UsageError(f"--unknown-force needs --method smoother or batch, not {args.method}")
     import dataclasses
 
-    from mbfg.estimation.harness import ONLINE_FORCE_SETTINGS
+    from mbfg.estimation.graph_estimators import ONLINE_FORCE_SETTINGS
     coords = args.unknown_force
     if coords != "points":
         coords = parse_coordinates(coords, mech, "--unknown-force")

@@ -22,11 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from mbfg.estimation.graph_estimators import EstimatorSettings, estimate_batch, estimate_online
+from mbfg.estimation.graph_estimators import (ONLINE_FORCE_SETTINGS, EstimatorSettings,
+                                             estimate_batch, estimate_online)
 from mbfg.sensors import AngleEncoder, Gyroscope, SensorSet
 
 __all__ = ["ESTIMATORS", "register", "load_estimators", "review_fourbar", "sensor_setups",
-           "simulate_prototype", "run_case", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA"]
+           "simulate_prototype", "run_case", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA",
+           "ONLINE_FORCE_SETTINGS"]
 
 ENCODER_SIGMA = math.radians(1.0)      # 17.453e-3 rad
 GYRO_SIGMA = 9.839e-4                  # rad/s (983.943e-6 in the review)
@@ -51,11 +53,6 @@ def register(name: str, fn) -> None:
     """Add (or replace) an estimator in :data:`ESTIMATORS`."""
     ESTIMATORS[str(name)] = fn
 
-
-ONLINE_FORCE_SETTINGS = EstimatorSettings(force_coordinates="points", sigma_force0=5.0,
-                                          sigma_force_walk=0.005, sigma_dynamics=0.5,
-                                          sigma_q0=0.7, sigma_v0=1.0)
-"""Settings of ``fg-online+force`` (tuned on seeds 0-3 of the review's benchmark)."""
 
 register("fg-online", lambda model, sensors, readings, dt, n_steps, **kw:
          estimate_online(model, sensors, readings, dt, n_steps, window=10, **kw))
