@@ -1,0 +1,75 @@
+"""Coordinate partitioning: which ``dof`` coordinates describe the motion best at a state.
+
+A set of coordinates ``indices`` can serve as independent coordinates at q when [Phi_q; B] is
+nonsingular (B selects them, Eq. 8-11).  Its quality is the smallest singular value of the rows
+``indices`` of an orthonormal basis N of the null space of Phi_q (1 = ideal, 0 = singular);
+the best set comes from QR with column pivoting of N^T (Wehage & Haug's partitioning).
+Coordinates are compared in their own scales (:mod:`mbfg.model.scales`), so the choice does
+not depend on the units of lengths versus angles.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+from mbfg.model import constraints as C
+
+
+def _null_basis(mech, q, scale):
+    """Orthonormal null-space bases (T, n, d) of Phi_q diag(scale) on the independent rows."""
+    Jall = C.constraint_jacobian(mech, q)
+    J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1) * scale
+    _, _, Vt = np.linalg.svd(J, full_matrices=True)
+    r = J.shape[-2]
+    return np.swapaxes(Vt[..., r:, :], -1, -2)
+
+
+def coordinate_quality(mech, q, indices, scale=None) -> np.ndarray:
+    """Quality in [0, 1] of ``indices`` as independent coordinates at q (..., n); shape (...).
+
+    ``scale`` (n,): coordinate scales (default 1)."""
+    q = np.asarray(q, float)
+    scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
+    N = _null_basis(mech, q.reshape(-1, mech.n), scale)[:, list(indices), :]
+    return np.linalg.svd(N, compute_uv=False)[:, -1].reshape(q.shape[:-1])
+
+
+def best_coordinates(mech, q, scale=None) -> tuple[tuple[int, ...], float]:
+    """The best-conditioned independent coordinates at one state q (n,) and their quality."""
+    scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
+    N = _null_basis(mech, np.asarray(q, float)[None], scale)[0]
+    d = N.shape[1]
+    if d == 0:
+        return (), 1.0
+    piv = scipy.linalg.qr(N.T, pivoting=True, mode="r")[1]
+    best = tuple(sorted(int(i) for i in piv[:d]))
+    return best, float(np.linalg.svd(N[list(best)], compute_uv=False)[-1])
+
+
+def partition_along(mech, q, scale=None, *, keep: float = 0.5, start=None) -> np.ndarray:
+    """Independent coordinates for each state of a trajectory q (T, n): (T, d) indices.
+
+    Walks forward keeping the current set while its quality stays at least ``keep`` times the
+    best set's (hysteresis, so the choice does not flicker) and switching to the best set
+    otherwise.  ``start``: the set to begin with (default: the best at q[0])."""
+    q = np.asarray(q, float)
+    scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
+    cur = tuple(start) if start is not None else best_coordinates(mech, q[0], scale)[0]
+    out = np.empty((q.shape[0], len(cur)), int)
+    quality = coordinate_quality(mech, q, cur, scale)
+    k = 0
+    while k < q.shape[0]:
+        if quality[k] < keep:  # (quality >= keep is at least keep times the best, <= 1)
+            best, qbest = best_coordinates(mech, q[k], scale)
+            if quality[k] < keep * qbest and best != cur:
+                cur = best
+                quality[k:] = coordinate_quality(mech, q[k:], cur, scale)
+        # every state up to the next one where the current set degrades keeps it
+        bad = np.flatnonzero(quality[k + 1:] < keep)
+        stop = q.shape[0] if bad.size == 0 else k + 1 + int(bad[0])
+        out[k:stop] = cur
+        k = stop if stop > k + 1 else k + 1
+    return out
+
+
+__all__ = ["coordinate_quality", "best_coordinates", "partition_along"]

@@ -1,0 +1,63 @@
+"""Characteristic scales of a mechanism, so that no weight or tolerance carries units.
+
+Every residual a forward-dynamics graph contains is divided by a scale derived from the
+mechanism itself (its length, its mass) and from the time step, which makes the whitened
+residuals dimensionless: rescaling a YAML's units (lengths by 10^k, masses by 10^j, gravity by
+10^k) rescales every residual's raw value and its scale by the same factor and leaves the
+whitened system, hence the solution path and every convergence decision, unchanged
+(docs/theory.md, "Unit-free weights").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mbfg.model import constraints as C
+
+
+@dataclass(frozen=True)
+class MechanismScales:
+    """Scales of a mechanism.
+
+    Attributes
+    ----------
+    length : float
+        Characteristic length ell [m]: root mean square of the body lengths.
+    mass : float
+        Characteristic mass [kg]: mean body mass.
+    coordinates : ndarray (n,)
+        Scale of each coordinate: ``length`` for point coordinates [m], 1 for angles [rad].
+    constraints : ndarray (m,)
+        Scale of each constraint row [units of that row]: the norm of its gradient at q0 with
+        each coordinate measured in its own scale (||Phi_q,i diag(coordinates)||), so that
+        ``Phi_i / constraints[i]`` is a dimensionless distance to the constraint manifold
+        (relative to ``length``).
+    """
+    length: float
+    mass: float
+    coordinates: np.ndarray
+    constraints: np.ndarray
+
+    def energy(self, dt: float) -> float:
+        """Energy scale m ell^2 / dt^2 [J] of a step ``dt``."""
+        return self.mass * self.length ** 2 / dt ** 2
+
+
+def mechanism_scales(mech) -> MechanismScales:
+    """The :class:`MechanismScales` of ``mech`` (computed from its bodies and ``q0``)."""
+    bodies = mech.spec.bodies
+    length = float(np.sqrt(np.mean([b.length ** 2 for b in bodies]))) if bodies else 1.0
+    mass = float(np.mean([b.mass for b in bodies])) if bodies else 1.0
+    coords = np.full(mech.n, length)
+    coords[np.asarray(mech.angle_coords, int)] = 1.0
+    J = C.constraint_jacobian(mech, mech.q0)
+    rows = np.linalg.norm(J * coords, axis=1)
+    # a row whose gradient vanishes at q0 (a singular start) still gets a finite scale
+    rows = np.where(rows > 0.0, rows, np.max(rows, initial=1.0))
+    coords.setflags(write=False)
+    rows.setflags(write=False)
+    return MechanismScales(length=length, mass=mass, coordinates=coords, constraints=rows)
+
+
+__all__ = ["MechanismScales", "mechanism_scales"]
