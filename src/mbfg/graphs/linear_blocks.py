@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from mbfg.solvers.batch import BatchTerm
-from mbfg.solvers.gaussian import unit_noise
 
 
 def _weights(sigma, d):
@@ -24,7 +23,6 @@ class UnaryLinear(BatchTerm):
         self.rows = np.atleast_1d(np.asarray(rows, int))
         self.A = np.ascontiguousarray(A, float)
         self.b = np.asarray(b, float)
-        self.model = unit_noise(self.A.shape[0])
 
     def residual(self, X):
         return X[self.rows] @ self.A.T - self.b
@@ -33,12 +31,9 @@ class UnaryLinear(BatchTerm):
         e = self.residual(X)
         return 0.5 * float(np.sum(e * e))
 
-    def linearize(self, X, keys, out) -> float:
+    def blocks(self, X):
         e = self.residual(X)
-        A, model = self.A, self.model
-        for t, r in enumerate(self.rows):
-            out.add(keys[r], A, -e[t], model)
-        return 0.5 * float(np.sum(e * e))
+        return self.rows[:, None], [np.broadcast_to(self.A, (e.shape[0],) + self.A.shape)], e
 
 
 class BinaryLinear(BatchTerm):
@@ -49,7 +44,6 @@ class BinaryLinear(BatchTerm):
         self.rows1 = np.asarray(rows1, int)
         self.A0 = np.ascontiguousarray(A0, float)
         self.A1 = np.ascontiguousarray(A1, float)
-        self.model = unit_noise(self.A0.shape[0])
 
     def residual(self, X):
         return X[self.rows0] @ self.A0.T + X[self.rows1] @ self.A1.T
@@ -58,12 +52,12 @@ class BinaryLinear(BatchTerm):
         e = self.residual(X)
         return 0.5 * float(np.sum(e * e))
 
-    def linearize(self, X, keys, out) -> float:
+    def blocks(self, X):
         e = self.residual(X)
-        A0, A1, model = self.A0, self.A1, self.model
-        for t, (r0, r1) in enumerate(zip(self.rows0, self.rows1)):
-            out.add(keys[r0], A0, keys[r1], A1, -e[t], model)
-        return 0.5 * float(np.sum(e * e))
+        T = e.shape[0]
+        return (np.stack([self.rows0, self.rows1], axis=1),
+                [np.broadcast_to(self.A0, (T,) + self.A0.shape),
+                 np.broadcast_to(self.A1, (T,) + self.A1.shape)], e)
 
 
 def prior(layout, row: int, slot: str, mean, sigma) -> UnaryLinear:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from mbfg.solvers.batch import BatchTerm
-from mbfg.solvers.gaussian import unit_noise
 
 
 class StackedTerm(BatchTerm):
@@ -62,15 +61,11 @@ class StackedTerm(BatchTerm):
         w = e * self.inv_sigma
         return 0.5 * float(np.sum(w * w))
 
-    def linearize(self, X, keys, out) -> float:
+    def blocks(self, X):
         e, A = self.residual(X[self.rows], jacobians=True)
         w = self.inv_sigma
-        b = -(e * w)
         A *= w[None, :, None]
-        model = unit_noise(b.shape[1])
-        for t, r in enumerate(self.rows):
-            out.add(keys[r], A[t], b[t], model)
-        return 0.5 * float(np.sum(b * b))
+        return self.rows[:, None], [A], e * w
 
 
 # The residual families are shared with the per-step gtsam factors.

@@ -36,14 +36,38 @@ class BatchTerm:
     """A family of factors evaluated for many steps at once.
 
     ``X`` is the (N, dim) array of step vectors and ``keys`` their gtsam keys.
-    :meth:`linearize` appends whitened delta-form Gaussian factors at ``X`` to ``out`` and
-    returns the error there; :meth:`error` returns ``0.5 * sum ||whitened e||^2``."""
+    :meth:`blocks` returns the whitened linearization at ``X`` of every factor of the family:
+    ``rows`` (T, k) the step rows each factor touches (k = 1 or 2), ``A`` a list of k arrays
+    (T, r, dim) (the Jacobian block on each of those rows) and ``e`` (T, r) the whitened
+    residual, i.e. the factor ``||A delta + e||^2``.  :meth:`linearize` appends those factors to
+    a ``GaussianFactorGraph`` and returns the error at ``X``; :meth:`error` returns
+    ``0.5 * sum ||whitened e||^2``."""
 
-    def linearize(self, X, keys, out) -> float:
+    def blocks(self, X):
         raise NotImplementedError
 
     def error(self, X) -> float:
         raise NotImplementedError
+
+    def linearize(self, X, keys, out) -> float:
+        return add_blocks(self.blocks(X), keys, out)
+
+
+def add_blocks(blocks, keys, out) -> float:
+    """Append the factors of ``blocks`` (see :meth:`BatchTerm.blocks`) to ``out``; returns
+    their error."""
+    rows, A, e = blocks
+    model = unit_noise(e.shape[1])
+    b = -e
+    if len(A) == 1:
+        A0 = A[0]
+        for t, r in enumerate(rows[:, 0]):
+            out.add(keys[r], A0[t], b[t], model)
+    else:
+        A0, A1 = A
+        for t, (r0, r1) in enumerate(rows):
+            out.add(keys[r0], A0[t], keys[r1], A1[t], b[t], model)
+    return 0.5 * float(np.sum(e * e))
 
 
 @dataclass
@@ -83,12 +107,16 @@ def read_delta(delta: gtsam.VectorValues, keys) -> np.ndarray:
 
 
 def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: float = 1e-9,
-             absolute_tolerance: float = 1e-24, initial_lambda: float = 1e-6,
+             absolute_tolerance: float = 0.0, initial_lambda: float = 1e-6,
              watchdog: int = 2, raise_on_failure: bool = True, model_tolerance: float = 1e-5,
+             step_scale=None, step_tolerance: float | None = None,
              what: str = "batch optimization"):
     """Minimize ``sum(term.error(X))`` over the step vectors ``X`` (N, dim) with keys ``keys``.
 
-    Returns ``(X, stats)``.  Undamped Gauss-Newton steps are tried first.  A step that raises
+    ``step_scale`` (dim,) and ``step_tolerance``: also converged when an accepted undamped
+    step moved no variable by more than ``step_tolerance`` times its scale (the unit-free
+    test for square problems, whose error falls to rounding level; an ``inf`` scale leaves a
+    variable out of the test).  Returns ``(X, stats)``.  Undamped Gauss-Newton steps are tried first.  A step that raises
     the error is still taken up to ``watchdog`` times in a row (tight constraint factors make
     the first step from a rough initial estimate overshoot, and the next one lands near the
     optimum); if that does not produce a new best error, the best point is restored and
@@ -123,6 +151,7 @@ def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: fl
             try:
                 delta = lin.eliminateSequential(ordering, gtsam.EliminateQR).optimize()
                 predicted = float(base.error(delta))
+                prev_X = X
                 Y = X + read_delta(delta, keys)
                 new_err = total_error(terms, Y)
             except RuntimeError:  # indeterminant linear system: damp and retry
@@ -138,10 +167,12 @@ def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: fl
                 # the Gauss-Newton model predicted the new error to within the tolerance: the
                 # problem is locally linear and the next step would gain about that mismatch
                 model_exact = lam == 0.0 and abs(new_err - predicted) <= model_tolerance * new_err
+                small_step = (lam == 0.0 and step_scale is not None and step_tolerance is not None
+                              and np.max(np.abs(Y - prev_X) / step_scale) <= step_tolerance)
                 lam = 0.0 if lam <= initial_lambda else lam / 10.0
                 trial = 0
                 converged = (err <= absolute_tolerance or decrease <= relative_tolerance * err
-                             or model_exact)
+                             or model_exact or small_step)
                 accepted = True
                 break
             if lam == 0.0 and trial < watchdog and np.isfinite(new_err):
