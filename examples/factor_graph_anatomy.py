@@ -47,7 +47,7 @@ from matplotlib.lines import Line2D
 import mbfg
 from mbfg import factors as F
 from mbfg.factors import keys as K
-from mbfg.graphs.forward import ForwardSettings
+from mbfg.graphs.forward import LeastSquaresSettings
 from mbfg.graphs.inverse import InverseSettings
 from mbfg.model import dynamics, kinematics
 from mbfg.simulation import explicit_guess, simulate_batch
@@ -60,7 +60,7 @@ mech = mbfg.load_mechanism(REPO / "mechanisms" / "fourbar-crank-angle.yaml")
 n, m = mech.n, mech.m
 STEPS = 3                  # time steps k = 0, 1, 2
 DT = 0.01                  # [s]
-fs = ForwardSettings(dt=DT)   # the sigmas mbfg's forward drivers use
+fs = LeastSquaresSettings(dt=DT)   # the sigmas of the paper's over-determined graph
 print(f"mechanism: four-bar with crank angle, q = [{' '.join(mech.coordinate_names)}], "
       f"n = {n}, m = {m}, DOF = {mech.dof}")
 print(f"{STEPS} time steps, dt = {DT} s")
@@ -365,11 +365,14 @@ plt.close(fig)
 print(f"figure: {OUT / 'graph-jacobian-sparsity.png'}")
 
 # %% [markdown]
-# ## The hand-built graph is the simulator's graph
+# ## The hand-built graph beside the simulator's graph
 #
 # A few Gauss-Newton iterations on the Fig. 2 graph (linearize, eliminate by sparse QR,
-# retract; mbfg's solvers do the same on their own step vectors) give the same motion as
-# `simulate_batch`, which assembles the same factors internally.
+# retract; mbfg's solvers do the same on their own step vectors) give the paper's motion.
+# `simulate_batch` solves the square, energy-consistent variant of this graph (the
+# integrators act on the independent coordinates of each step and a discrete energy balance
+# replaces the least-squares compromise; docs/theory.md): both are second-order accurate, so
+# over two 10 ms steps they agree to a small fraction of a millimetre, not to rounding.
 
 # %%
 sol = values
@@ -386,4 +389,4 @@ diff = np.abs(q_graph - ref.q).max()
 print(f"q_{STEPS - 1} (hand-built graph): {np.array2string(q_graph[-1], precision=8)}")
 print(f"q_{STEPS - 1} (simulate_batch):   {np.array2string(ref.q[-1], precision=8)}")
 print(f"max |q difference| over all steps: {diff:.2e}")
-assert diff < 1e-8
+assert diff < 1e-4

@@ -1,4 +1,5 @@
-"""The batch drivers' stacked terms and the per-step gtsam factors are the same graph.
+"""The stacked terms of the paper's graph (LeastSquaresProblem) and the per-step gtsam factors
+are the same graph.
 
 Both are linearized at the same (perturbed) trajectory; because x_k = [q_k; v_k; a_k]
 (and z_k, zd_k, zdd_k for independent coordinates), the information matrix
@@ -13,14 +14,14 @@ import pytest
 from conftest import fd_states
 from mbfg import factors as F
 from mbfg.factors import keys as K
-from mbfg.graphs.forward import ForwardProblem, ForwardSettings
+from mbfg.graphs.forward import LeastSquaresProblem, LeastSquaresSettings
 from mbfg.model.kinematics import choose_independent_coordinates
 from mbfg.solvers.batch import linearize
 
 N = 3
 
 
-def per_factor_graph(mech, s: ForwardSettings, coords, idx, q_start, v_start):
+def per_factor_graph(mech, s: LeastSquaresSettings, coords, idx, q_start, v_start):
     g = gtsam.NonlinearFactorGraph()
     n = mech.n
     integ = (F.trapezoidal_integrator_factor if s.integrator == "trapezoidal"
@@ -68,8 +69,8 @@ def test_batch_terms_equal_per_step_factors(name, coords, integrator):
     mech, states = fd_states(name)
     q, qd, qdd = states[0]
     idx = choose_independent_coordinates(mech, q) if coords == "independent" else None
-    s = ForwardSettings(dt=1e-2, integrator=integrator)
-    problem = ForwardProblem(mech, s, coords, idx)
+    s = LeastSquaresSettings(dt=1e-2, integrator=integrator)
+    problem = LeastSquaresProblem(mech, s, coords, idx)
     rng = np.random.default_rng(7)
     qs = q + 1e-3 * rng.normal(size=(N, mech.n))
     vs = qd + 1e-2 * rng.normal(size=(N, mech.n))

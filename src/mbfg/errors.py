@@ -89,12 +89,38 @@ class ConvergenceError(SolverError):
         The final residual (norm or cost) when the solver gave up.
     iterations : int
         Number of iterations performed.
+    partial : object or None
+        What a long run computed before it failed (a driver sets it: for the simulation
+        drivers a :class:`~mbfg.results.TrajectoryResult` up to the last good step).
     """
+
+    partial = None
 
     def __init__(self, message: str, *, residual: float = float("nan"), iterations: int = 0):
         self.residual = float(residual)
         self.iterations = int(iterations)
         super().__init__(f"{message} (residual {self.residual:.3e} after {self.iterations} iterations)")
+
+
+class LockupError(SolverError):
+    """The mechanism reached a configuration where the motion is not determined (a branch
+    point, where the constraint Jacobian loses rank), so a simulation cannot continue.
+
+    Attributes
+    ----------
+    time : float
+        When [s].
+    coordinates : tuple of str
+        The coordinates that move in the lost direction.
+    partial : TrajectoryResult
+        The trajectory up to that time.
+    """
+
+    def __init__(self, message: str, *, time: float, coordinates=(), partial=None):
+        self.time = float(time)
+        self.coordinates = tuple(coordinates)
+        self.partial = partial
+        super().__init__(message)
 
 
 class DataError(MbfgError):

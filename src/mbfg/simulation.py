@@ -6,10 +6,12 @@ import time
 
 import numpy as np
 
+from mbfg.errors import LockupError, MbfgError
 from mbfg.graphs.forward import ForwardProblem, ForwardSettings
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
+from mbfg.model.partition import partition_along
 from mbfg.results import TrajectoryResult
 from mbfg.solvers.batch import optimize
 
@@ -29,64 +31,123 @@ def make_problem(mech, dt, coords, integrator, indices, q0, settings=None, force
     return ForwardProblem(mech, settings, coords, indices, forces)
 
 
-def _solve_segment(problem, steps, X_init, q_start, v_start, what):
-    keys = problem.layout.keys(steps)
-    return optimize(problem.terms(steps, q_start, v_start), X_init, keys, what=what)
-
-
 def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "dependent",
                    integrator: str = "trapezoidal", q0=None, qd0=None, indices=None,
-                   settings: ForwardSettings | None = None, init: str = "explicit",
-                   chunk: int = 50, progress=None) -> TrajectoryResult:
-    """Forward dynamics of the whole horizon as one factor graph, solved in batch.
+                   settings: ForwardSettings | None = None, segment: int | None = 500,
+                   progress=None) -> TrajectoryResult:
+    """Forward dynamics as batch factor graphs, solved by Gauss-Newton.
 
-    The initial estimate comes from an explicit second-order propagation with the model's
-    accelerations (``init="explicit"``, cheap, drifts off the constraints but close enough for
-    Gauss-Newton), or from solving the horizon in segments of ``chunk`` steps, each starting
-    from the previous segment's last state (``init="segments"``, more robust for long or fast
-    runs).  The whole-horizon graph is then solved from it.  Cost is linear in the number of
-    steps.
+    The graph (:class:`~mbfg.graphs.forward.ForwardProblem`) is square and causal: the states
+    of steps 0..k are fixed by the factors of steps 0..k alone.  So the horizon is solved in
+    batch graphs of ``segment`` steps, each starting from the previous one's last state, with
+    the same solution as one graph over the whole horizon (to the solver tolerance; a test
+    checks it) but working memory that does not grow with the horizon.  ``segment=None``
+    solves the whole horizon as one graph.  Each segment starts from an explicit propagation
+    projected onto the constraints (:func:`explicit_guess`); a segment whose estimate is too
+    far off for Gauss-Newton is retried in a quarter of the length (``stats["retries"]``),
+    and the length grows back after each success.
+
+    Independent coordinates: a segment also ends where its independent coordinates would
+    become ill-conditioned on the initial estimate; the next one starts with the best set
+    there.  The returned ``z``, ``zd``, ``zdd`` are those of the initial set (``indices``);
+    ``stats["switches"]`` lists (step, indices) of every change.
+
+    Raises
+    ------
+    ConvergenceError, LockupError
+        With ``partial``: the trajectory up to the last converged segment.
     """
     t0 = time.perf_counter()
     q0, qd0 = _initial_state(mech, q0, qd0)
     problem = make_problem(mech, dt, coords, integrator, indices, q0, settings)
-    lay = problem.layout
+    first = problem
+    dt = problem.settings.dt
     N = int(round(t_end / dt))
-    if init == "explicit":
-        guess = explicit_guess(mech, q0, qd0, dt, N)
+    size = N if segment is None else max(1, int(segment))
+    X = np.empty((N + 1, problem.layout.dim))
+    X[0] = problem.pack(q0, qd0, D.forward_dynamics(mech, q0, qd0))
+    iterations, switches, links, retries = 0, [], None, 0
+    start, length = 0, size
+    while start < N:
+        stop = min(N, start + length)
+        p = problem.layout.unpack(X[start])
+        q, v, a = explicit_guess(mech, p["q"], p["v"], dt, stop - start)
+        seg = problem
         if problem.indices is not None:
-            _check_indices_along(mech, problem.indices, guess[0], dt)
-        X = problem.pack(*guess)
-        iterations = 0
-    else:
-        X, iterations = _segment_guess(problem, q0, qd0, dt, N, chunk, progress)
-    steps = np.arange(N + 1)
-    X, st = _solve_segment(problem, steps, X, q0, qd0, "batch forward dynamics")
-    stats = dict(solver="batch", segment_iterations=iterations, iterations=st.iterations,
-                 final_error=st.final_error, converged=st.converged,
-                 seconds=time.perf_counter() - t0, steps=N)
-    return trajectory_result(mech, problem, X, dt, stats)
+            part = partition_along(mech, q, problem.scales.coordinates, start=problem.indices)
+            seg = problem if tuple(part[0]) == problem.indices else problem.with_indices(part[0])
+            change = np.flatnonzero(np.any(part != part[0], axis=1))
+            if change.size:  # end the segment before its coordinates degrade
+                stop = start + max(1, int(change[0]) - 1)
+                q, v, a = q[:stop - start + 1], v[:stop - start + 1], a[:stop - start + 1]
+        seg_links = seg.link_plan(seg.pack(q, v, a)[1:], None if links is None else links[-1])
+        steps = np.arange(start, stop + 1)
+        try:
+            Xs, st = optimize(seg.terms(steps, p["q"], p["v"], seg_links), seg.pack(q, v, a),
+                              seg.layout.keys(steps), step_scale=seg.step_scale,
+                              step_tolerance=seg.settings.step_tolerance,
+                              what=f"batch forward dynamics (steps {start}-{stop})")
+        except MbfgError as exc:
+            iterations += getattr(exc, "iterations", 0)
+            if stop - start > 1:  # the explicit estimate was too far off: a shorter segment
+                length, retries = max(1, (stop - start) // 4), retries + 1
+                continue
+            raise failure(mech, first, X[:start + 1], dt, exc) from None
+        if seg is not problem:
+            problem = seg
+            switches.append((start, problem.indices))
+        links = seg_links
+        X[start:stop + 1] = problem.pack(*(Xs[:, problem.layout.slice(s)] for s in "qva"))
+        iterations += st.iterations
+        start = stop
+        length = min(size, 2 * length)
+        if progress:
+            progress(stop, N)
+    X = _restore_indices(first, X)
+    stats = dict(solver="batch", segment=segment, iterations=iterations, switches=switches,
+                 retries=retries,
+                 converged=True, seconds=time.perf_counter() - t0, steps=N)
+    return trajectory_result(mech, first, X, dt, stats)
 
 
-def _check_indices_along(mech, indices, q, dt, threshold: float = 1e-2):
-    """Fail fast (SolverError) if the independent coordinates become singular somewhere on the
-    estimated trajectory q (T, n): the batch graph keeps one set of coordinates for the whole
-    horizon, and at such a point it cannot tell the assembly branches apart.  The quality
-    measure is the smallest singular value of the rows ``indices`` of an orthonormal basis of
-    the null space of Phi_q (1 = ideal, 0 = singular)."""
-    from mbfg.errors import SolverError
-    Jall = C.constraint_jacobian(mech, q)
-    J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1)
-    _, _, Vt = np.linalg.svd(J, full_matrices=True)
-    Nb = np.swapaxes(Vt[:, J.shape[1]:, :], 1, 2)[:, list(indices), :]
-    quality = np.linalg.svd(Nb, compute_uv=False)[:, -1]
-    k = int(np.argmin(quality))
-    if quality[k] < threshold:
-        names = [mech.coordinate_names[i] for i in indices]
-        raise SolverError(
-            f"the independent coordinates {names} become singular near t = {k * dt:.3f} s "
-            f"(quality {quality[k]:.1e}); the batch graph keeps one set for the whole run: use "
-            f"the smoother (it re-partitions), dependent coordinates, or a relative angle")
+def _restore_indices(problem, X):
+    """Step array with z, zd, zdd of the problem's own independent coordinates."""
+    if problem.indices is not None:
+        lay, idx = problem.layout, list(problem.indices)
+        for zs, xs in (("z", "q"), ("zd", "v"), ("zdd", "a")):
+            X[:, lay.slice(zs)] = X[:, lay.slice(xs)][:, idx]
+    return X
+
+
+def failure(mech, problem, X, dt, exc):
+    """The error to raise when a simulation stops after the rows X (k+1, dim): a
+    :class:`LockupError` if the last good state is a branch point (the constraint Jacobian
+    loses rank, in the mechanism's own scales), else ``exc``; either with ``partial`` set to
+    the trajectory computed so far."""
+    X = _restore_indices(problem, np.array(X))
+    partial = trajectory_result(mech, problem, X, dt, dict(converged=False, steps=len(X) - 1))
+    exc.partial = partial
+    q = partial.q[-1]
+    c = problem.scales.coordinates
+    J = C.constraint_jacobian(mech, q) * c
+    J = C.take_rows(J, C.independent_rows(mech, q, J / c), 1)
+    _, s, Vt = np.linalg.svd(J)
+    if s[-1] <= LOCKUP_RATIO * s[0]:
+        lost = Vt[len(s) - 1]
+        names = [mech.coordinate_names[i] for i in np.flatnonzero(np.abs(lost) >= 0.3 * np.abs(lost).max())]
+        t = partial.t[-1]
+        err = LockupError(
+            f"the mechanism locks at t = {t:.6g} s: its constraints lose rank there (branch "
+            f"point; smallest/largest singular value of Phi_q {s[-1] / s[0]:.1e}), so the motion "
+            f"of {', '.join(names)} is not determined", time=t, coordinates=names,
+            partial=partial)
+        return err
+    return exc
+
+
+LOCKUP_RATIO = 1e-6
+"""Relative smallest singular value of the scaled constraint Jacobian at which a stopped
+simulation is reported as a lock-up (:class:`~mbfg.errors.LockupError`)."""
 
 
 def explicit_guess(mech, q0, qd0, dt, N, coarse: int = 1):
@@ -119,30 +180,6 @@ def explicit_guess(mech, q0, qd0, dt, N, coarse: int = 1):
     v = K.project_velocities_batch(mech, q, v)
     q[0], v[0] = q0, qd0
     return q, v, D.forward_dynamics(mech, q, v)
-
-
-def _segment_guess(problem, q0, qd0, dt, N, chunk, progress):
-    mech, lay = problem.mech, problem.layout
-    X = np.zeros((N + 1, lay.dim))
-    X[0] = problem.pack(q0, qd0, D.forward_dynamics(mech, q0, qd0))
-    iterations = 0
-    start = 0
-    while start < N:
-        stop = min(N, start + chunk)
-        steps = np.arange(start, stop + 1)
-        p = lay.unpack(X[start])
-        tau = (steps - start)[:, None] * dt
-        guess = problem.pack(p["q"] + p["v"] * tau + 0.5 * p["a"] * tau**2,
-                             p["v"] + p["a"] * tau,
-                             np.broadcast_to(p["a"], tau.shape[:1] + p["a"].shape))
-        Xs, st = _solve_segment(problem, steps, guess, p["q"], p["v"],
-                                f"forward dynamics (steps {start}-{stop})")
-        X[start + 1: stop + 1] = Xs[1:]
-        iterations += st.iterations
-        start = stop
-        if progress:
-            progress(stop, N)
-    return X, iterations
 
 
 def trajectory_result(mech, problem, X, dt, stats, forces=None) -> TrajectoryResult:

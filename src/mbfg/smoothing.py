@@ -3,17 +3,17 @@ from __future__ import annotations
 
 import time
 
+from mbfg.errors import MbfgError
 from mbfg.graphs.forward import ForwardSettings
 from mbfg.results import TrajectoryResult
-from mbfg.simulation import _initial_state, make_problem, trajectory_result
+from mbfg.simulation import _initial_state, _restore_indices, failure, make_problem, trajectory_result
 from mbfg.solvers.smoother import FixedLagSmoother
 
 
 def simulate_smoother(mech, t_end: float, dt: float = 1e-3, *, coords: str = "dependent",
                       integrator: str = "trapezoidal", window: int = 2, q0=None, qd0=None,
                       indices=None, settings: ForwardSettings | None = None, progress=None,
-                      max_iterations: int = 10, relative_tolerance: float = 1e-6,
-                      absolute_tolerance: float = 1e-8,
+                      max_iterations: int = 10,
                       reselect: float | None = 0.9) -> TrajectoryResult:
     """Forward dynamics step by step with a fixed-lag smoother of ``window`` steps.
 
@@ -25,9 +25,11 @@ def simulate_smoother(mech, t_end: float, dt: float = 1e-3, *, coords: str = "de
 
     progress : callable(done_steps, total_steps), optional
         Called about every 1 % of the steps.
-    max_iterations, relative_tolerance, absolute_tolerance :
-        Gauss-Newton limits per step (see :class:`~mbfg.solvers.smoother.FixedLagSmoother`);
-        a step that does not converge raises :class:`~mbfg.errors.ConvergenceError`.
+    max_iterations :
+        Gauss-Newton solves allowed per step (convergence: ``settings.step_tolerance``, see
+        :class:`~mbfg.solvers.smoother.FixedLagSmoother`).  A step that does not converge
+        raises :class:`~mbfg.errors.ConvergenceError`, or :class:`~mbfg.errors.LockupError`
+        at a branch point, with ``partial`` holding the trajectory up to the last good step.
     reselect : float or None
         Independent coordinates only: switch to better-conditioned independent coordinates
         when the current ones' quality drops below this fraction of the best (None: never).
@@ -44,14 +46,15 @@ def simulate_smoother(mech, t_end: float, dt: float = 1e-3, *, coords: str = "de
     dt = problem.settings.dt
     N = int(round(t_end / dt))
     sm = FixedLagSmoother(problem, window, max_iterations=max_iterations,
-                          relative_tolerance=relative_tolerance,
-                          absolute_tolerance=absolute_tolerance, reselect=reselect)
-    sm.initialize(q0, qd0)
-    X = sm.run(N, progress)
-    if sm.switches:  # report z in the initial independent coordinates throughout
-        lay, idx = problem.layout, list(problem.indices)
-        for zs, xs in (("z", "q"), ("zd", "v"), ("zdd", "a")):
-            X[:, lay.slice(zs)] = X[:, lay.slice(xs)][:, idx]
+                          relative_tolerance=0.0, absolute_tolerance=0.0, reselect=reselect)
+    try:
+        sm.initialize(q0, qd0)
+        X = sm.run(N, progress)
+    except MbfgError as exc:
+        rows = getattr(exc, "partial", None)
+        rows = sm.W[:1] if rows is None else rows[:-1]  # up to the last converged step
+        raise failure(mech, problem, rows, dt, exc) from None
+    X = _restore_indices(problem, X)  # z in the initial independent coordinates throughout
     seconds = time.perf_counter() - t0
     stats = dict(solver="smoother", window=int(window), iterations=sm.iterations,
                  max_iterations_per_step=sm.max_iterations_per_step, fallbacks=sm.fallbacks,

@@ -1,7 +1,7 @@
 """Factor-graph state estimators: the forward-dynamics graph plus observation factors.
 
 The graph is the dependent-coordinate forward-dynamics graph of
-:class:`mbfg.graphs.forward.ForwardProblem` (step vector ``x_k = [q_k; v_k; a_k]``) with
+:class:`mbfg.graphs.forward.LeastSquaresProblem` (step vector ``x_k = [q_k; v_k; a_k]``) with
 
 * **process noise**: the dynamics factor ``e = qddot(q_k, v_k) - a_k`` has the standard
   deviation ``sigma_dynamics`` (per coordinate, in m/s^2 and rad/s^2): it stands for the
@@ -45,7 +45,7 @@ from mbfg.estimation.result import EstimationResult
 from mbfg.factors.sensors import observation_residual
 from mbfg.graphs import linear_blocks as L
 from mbfg.graphs import terms as T
-from mbfg.graphs.forward import ForwardProblem, ForwardSettings
+from mbfg.graphs.forward import LeastSquaresProblem, LeastSquaresSettings
 from mbfg.model import kinematics as K
 from mbfg.solvers.batch import linearize, optimize
 from mbfg.solvers.smoother import FixedLagSmoother
@@ -108,8 +108,8 @@ class EstimatorSettings:
     max_iterations: int = 50
     relative_tolerance: float = 1e-3
 
-    def forward_settings(self, dt) -> ForwardSettings:
-        return ForwardSettings(dt=float(dt), integrator="trapezoidal",
+    def forward_settings(self, dt) -> LeastSquaresSettings:
+        return LeastSquaresSettings(dt=float(dt), integrator="trapezoidal",
                                sigma_integrator=self.sigma_integrator,
                                sigma_dynamics=self.sigma_dynamics,
                                sigma_constraints=self.sigma_constraints)
@@ -161,7 +161,7 @@ def _masked(f, mask):
     return g
 
 
-class ObservedProblem(ForwardProblem):
+class ObservedProblem(LeastSquaresProblem):
     """Dependent-coordinate forward problem plus observation factors and loose initial priors.
 
     ``readings``: one ``(steps, values)`` per sensor (as returned by
@@ -238,17 +238,12 @@ class ObservedProblem(ForwardProblem):
 
 
 class _ObservedSmoother(FixedLagSmoother):
-    """The fixed-lag smoother with the observation terms rebuilt every step (the readings
-    change from step to step) and the last window linearization kept for covariances.
+    """The fixed-lag smoother with the last window linearization kept for covariances.
     Construct it with ``on_failure="best"``: a window that does not converge keeps the best
     point of a damped solve instead of stopping the estimator."""
 
-    def _set_problem(self, problem):
-        super()._set_problem(problem)
-        self._varying = True
-
-    def _linearize(self, W, prior, lin_terms, nl, keys):
-        out = super()._linearize(W, prior, lin_terms, nl, keys)
+    def _linearize(self, W, terms, keys):
+        out = super()._linearize(W, terms, keys)
         self._last_graph = (out[0], keys)
         return out
 

@@ -1,15 +1,23 @@
 """Forward-dynamics factor graphs (paper Sect. 5.1-5.2, Figs. 2-3) on per-step state vectors.
 
-Dependent coordinates (Fig. 2), step vector x_k = [q_k; v_k; a_k] (v = qdot, a = qddot):
-f_pc^d, f_vc^d, f_dyn^d on step k; integrators q <-> v and v <-> a between k and k+1
-(trapezoidal by default, Euler selectable); priors on q_0 and v_0.
+Simulation uses :class:`ForwardProblem`: the energy-consistent trapezoidal graph, a *square*
+system (as many independent equations as unknowns per step), so its solution does not
+depend on any weight, and every residual is whitened by scales of the mechanism and dt
+(:mod:`mbfg.model.scales`), so nothing in it carries units (docs/theory.md).
 
-Independent coordinates (Fig. 3), x_k = [q_k; v_k; a_k; z_k; zd_k; zdd_k]: f_pc^i, f_vc^i,
-f_ac^i (nonlinear rows Phi, Phi_q v, dPhi_q/dt v + Phi_q a, and linear rows q[idx] - z, ...),
-f_dyn^i (zddot(q, v) - zdd), integrators z <-> zd <-> zdd, f_eq(q_k, q_{k+1}) for branch
-continuity, priors on z_0, zd_0 and an approximate q_0.  The dynamics of the independent
-formulation is Eq. (15), evaluated through the full q and qdot (see
-:func:`mbfg.model.dynamics.independent_dynamics`).
+Dependent coordinates, step vector x_k = [q_k; v_k; a_k; alpha_k]:
+f_pc^d (Phi = 0), f_vc^d (Phi_q v = 0) and f_dyn^d (a = qddot(q, v), Eq. 5-6) on every step;
+between k and k+1 the trapezoidal integrators (Eq. 23) on the ``dof`` coordinates that are
+independent there (chosen per link by coordinate partitioning, :mod:`mbfg.model.partition`),
+with the energy-balance row and its velocity rescaling alpha (:mod:`mbfg.graphs.links`).
+
+Independent coordinates (Fig. 3), x_k = [q_k; v_k; a_k; z_k; zd_k; zdd_k; alpha_k]: f_pc^i,
+f_vc^i, f_ac^i (Phi, Phi_q v, dPhi_q/dt v + Phi_q a and the linear rows q[idx] - z, ...),
+f_dyn^i (zdd = zddot(q, v), Eq. 15), the same integrators and energy row on z, zd, zdd; priors
+on z_0, zd_0 and an approximate q_0.
+
+:class:`LeastSquaresProblem` is the paper's over-determined graph (integrators on every
+coordinate next to every constraint level, balanced by sigmas); state estimation builds on it.
 """
 from __future__ import annotations
 
@@ -19,12 +27,208 @@ import numpy as np
 
 from mbfg.graphs import linear_blocks as L
 from mbfg.graphs import terms as T
-from mbfg.graphs.layout import dependent_layout, independent_layout
+from mbfg.graphs.layout import StepLayout, dependent_layout, independent_layout
+from mbfg.graphs.links import IntegratorLinks
+from mbfg.model.partition import best_coordinates, partition_along
+from mbfg.model.scales import mechanism_scales
 
 
 @dataclass(frozen=True)
 class ForwardSettings:
-    """Time step, integrator and noise (standard deviations, in the units of each residual).
+    """Settings of the simulation graph (:class:`ForwardProblem`).  Every number is
+    dimensionless: weights and tolerances are relative to scales of the mechanism and dt.
+
+    Attributes
+    ----------
+    dt : float
+        Time step [s].
+    integrator : "trapezoidal" or "euler"
+        Eq. 23 with the energy balance, or Eq. 22.
+    step_tolerance : float
+        A Gauss-Newton solve has converged when its last update moved no coordinate by more
+        than this fraction of the coordinate's scale (positions: the mechanism's length;
+        velocities: length / dt; accelerations: length / dt^2).
+    energy_speed : float
+        Links where no coordinate moves more than this fraction of its scale in a step carry
+        no energy row (see :meth:`ForwardProblem.link_plan`).
+    prior_q_approx : float
+        Independent coordinates: sigma of the approximate prior on q_0, in mechanism lengths.
+    """
+    dt: float = 1e-3
+    integrator: str = "trapezoidal"
+    step_tolerance: float = 1e-10
+    energy_speed: float = 1e-4
+    prior_q_approx: float = 1.0
+
+    def __post_init__(self):
+        if self.integrator not in ("trapezoidal", "euler"):
+            raise ValueError(f"integrator must be 'trapezoidal' or 'euler', got {self.integrator!r}")
+
+
+def _with_alpha(layout: StepLayout) -> StepLayout:
+    return StepLayout(layout.slots + (("alpha", 1),), layout.char)
+
+
+class ForwardProblem:
+    """Factor definitions of the energy-consistent forward-dynamics graph for any range of
+    steps (see the module docstring).
+
+    Parameters
+    ----------
+    mech : Mechanism
+    settings : ForwardSettings
+    coords : "dependent" or "independent"
+    indices : independent coordinates (required for "independent")
+    forces : None, (n,) or callable steps (T,) -> (T, n)
+        Applied generalized forces [N, N m] (gravity is implicit).
+    """
+
+    def __init__(self, mech, settings: ForwardSettings, coords="dependent", indices=None,
+                 forces=None):
+        self.mech, self.settings, self.coords = mech, settings, coords
+        self.scales = sc = mechanism_scales(mech)
+        n, dt = mech.n, settings.dt
+        if coords == "dependent":
+            self.indices = None
+            self.layout = _with_alpha(dependent_layout(n))
+        elif coords == "independent":
+            self.indices = tuple(int(i) for i in indices)
+            self.layout = _with_alpha(independent_layout(n, len(self.indices)))
+        else:
+            raise ValueError(f"coords must be 'dependent' or 'independent', got {coords!r}")
+        self.forces = forces
+        c, s = sc.coordinates, sc.constraints
+        # sigmas of each family: the scale of its residual (dimensionless after whitening)
+        self._sig = dict(q=c, v=c / dt, a=c / dt ** 2, phi=s, phid=s / dt, phidd=s / dt ** 2)
+        scale = {"q": c, "v": c / dt, "a": c / dt ** 2, "alpha": np.array([np.inf])}
+        if self.indices is not None:
+            ci = c[list(self.indices)]
+            scale.update(z=ci, zd=ci / dt, zdd=ci / dt ** 2)
+        self.step_scale = np.concatenate([np.broadcast_to(scale[nm], (sz,))
+                                          for nm, sz in self.layout.slots])
+
+    # ------------------------------------------------------------------ forces
+    def applied_forces(self, steps):
+        """(T, n) applied forces at ``steps``, or None."""
+        if self.forces is None:
+            return None
+        if callable(self.forces):
+            return np.asarray(self.forces(np.asarray(steps, int)), float)
+        return np.broadcast_to(np.asarray(self.forces, float), (len(steps), self.mech.n))
+
+    # ------------------------------------------------------------------ terms
+    def initial_priors(self, q_start, v_start, row: int = 0) -> list:
+        """Priors holding the step at ``row`` at (q_start, v_start): dependent q and v;
+        independent z, zd and an approximate q (the paper's weak prior that picks the branch)."""
+        lay, sig = self.layout, self._sig
+        q_start, v_start = np.asarray(q_start, float), np.asarray(v_start, float)
+        if self.coords == "dependent":
+            return [L.prior(lay, row, "q", q_start, sig["q"]),
+                    L.prior(lay, row, "v", v_start, sig["v"])]
+        idx = list(self.indices)
+        return [L.prior(lay, row, "z", q_start[idx], sig["q"][idx]),
+                L.prior(lay, row, "zd", v_start[idx], sig["v"][idx]),
+                L.prior(lay, row, "q", q_start, self.settings.prior_q_approx * sig["q"])]
+
+    def link_plan(self, x, previous=None) -> np.ndarray:
+        """How the links ending at the step vectors x (T, dim) integrate: (T, d + 1) ints, the
+        integrated components of the position/velocity/acceleration slots (dependent: the
+        coordinates chosen by partitioning with hysteresis, starting from ``previous``, a row
+        of an earlier plan; independent: the z slots) and, last, 1 where the link carries
+        the energy balance.
+
+        The energy row is dropped (and alpha held at 0) on links where the mechanism is
+        almost at rest, max_j |v_j| dt / c_j < ``settings.energy_speed``: there kinetic
+        energy is second order in v, the rescaling alpha could not act, and the energy
+        defect of a step is negligible."""
+        x = np.atleast_2d(np.asarray(x, float))
+        lay = self.layout
+        q, v = x[:, lay.slice("q")], x[:, lay.slice("v")]
+        if self.coords == "dependent":
+            prev = None if previous is None else previous[:-1]
+            idx = partition_along(self.mech, q, self.scales.coordinates, start=prev)
+        else:
+            idx = np.broadcast_to(np.arange(len(self.indices)), (x.shape[0], len(self.indices)))
+        speed = np.max(np.abs(v) * self.settings.dt / self.scales.coordinates, axis=1)
+        energy = (speed >= self.settings.energy_speed) & (self.settings.integrator == "trapezoidal")
+        return np.column_stack([idx, energy.astype(int)])
+
+    def window_terms(self, steps, plan=None, *, incoming=None) -> list:
+        """Every factor of the rows 0 .. len(steps) - 1 (holding ``steps``) except the
+        initial priors.  ``plan`` (len(steps) - 1, d + 1): how each link integrates
+        (:meth:`link_plan`).  ``incoming``: the plan row of the link into row 0 when a
+        marginal prior carries that link (a fixed-lag window); if it has an energy row, that
+        prior determines row 0's alpha, which then needs no prior of its own."""
+        steps = np.asarray(steps, int)
+        rows = np.arange(steps.size)
+        lay, sig, mech = self.layout, self._sig, self.mech
+        Q = self.applied_forces(steps)
+        plan = (np.zeros((0, mech.dof + 1), int) if steps.size == 1
+                else np.asarray(plan, int).reshape(steps.size - 1, -1))
+        idx, with_energy = plan[:, :-1], plan[:, -1].astype(bool)
+        # alpha is held at zero where no energy row determines it (row 0, links at rest)
+        held = rows[np.concatenate([[incoming is None or not incoming[-1]], ~with_energy])]
+        terms = [L.UnaryLinear(held, lay.selector("alpha"), np.zeros(1))]
+        if self.coords == "dependent":
+            fams = [(T.position_constraints_residual(mech), sig["phi"]),
+                    (T.velocity_constraints_residual(mech), sig["phid"]),
+                    (T.dynamics_residual(mech, forces=Q), sig["a"])]
+            slots = ("q", "v", "a")
+            scale = self.scales.coordinates[idx]
+        else:
+            ind = list(self.indices)
+            terms.append(L.selections(lay, rows, [("q", "z"), ("v", "zd"), ("a", "zdd")], ind,
+                                      np.concatenate([sig[k][ind] for k in ("q", "v", "a")])))
+            fams = [(T.position_constraints_residual(mech), sig["phi"]),
+                    (T.velocity_constraints_residual(mech), sig["phid"]),
+                    (T.acceleration_constraints_residual(mech), sig["phidd"]),
+                    (T.dynamics_residual(mech, forces=Q, indices=ind, accel_slot="zdd"),
+                     sig["a"][ind])]
+            slots = ("z", "zd", "zdd")
+            scale = self.scales.coordinates[ind]
+        if steps.size > 1:
+            energy = (mech.mass_matrix(), mech.gravity_forces(), Q,
+                      self.scales.energy(self.settings.dt))
+            terms.append(IntegratorLinks(lay, rows[:-1], self.settings.dt,
+                                         self.settings.integrator, slots, idx, scale, energy,
+                                         energy_rows=with_energy))
+        terms.append(T.StackedTerm(lay, rows, fams))
+        return terms
+
+    def terms(self, steps, q_start, v_start, plan=None) -> list:
+        """Every factor of a contiguous range of steps, rows 0 .. len(steps) - 1, with the
+        initial priors on row 0."""
+        return self.initial_priors(q_start, v_start) + self.window_terms(steps, plan)
+
+    def best_indices(self, q):
+        """(best independent coordinates at q, their quality, quality of the current ones)."""
+        from mbfg.model.partition import coordinate_quality
+        c = self.scales.coordinates
+        best, qb = best_coordinates(self.mech, q, c)
+        return best, qb, float(coordinate_quality(self.mech, q, self.indices, c))
+
+    def with_indices(self, indices) -> "ForwardProblem":
+        """The same problem in other independent coordinates (independent layout only)."""
+        return ForwardProblem(self.mech, self.settings, "independent", indices, self.forces)
+
+    def pack(self, q, v, a):
+        """Step vector (or vectors) from q, v, a (alpha = 0)."""
+        parts = dict(q=q, v=v, a=a)
+        if self.coords == "independent":
+            idx = list(self.indices)
+            parts.update(z=np.asarray(q)[..., idx], zd=np.asarray(v)[..., idx],
+                         zdd=np.asarray(a)[..., idx])
+        X = np.zeros(np.shape(q)[:-1] + (self.layout.dim,))
+        for name, val in parts.items():
+            X[..., self.layout.slice(name)] = val
+        return X
+
+
+@dataclass(frozen=True)
+class LeastSquaresSettings:
+    """The paper's over-determined graph: time step, integrator and noise (standard
+    deviations, in the units of each residual).  Used where the sigmas are real noise models
+    (state estimation); simulation uses :class:`ForwardSettings`.
 
     The physics factors (integrators, dynamics) share one sigma; the constraint factors are
     tighter so the trajectory stays on the constraint manifold, which is what a projection
@@ -52,21 +256,25 @@ class ForwardSettings:
                                1e-4 if self.integrator == "trapezoidal" else 1e-6)
 
 
-class ForwardProblem:
-    """Factor definitions of a forward-dynamics graph for any range of steps.
+class LeastSquaresProblem:
+    """The paper's forward-dynamics graph (Figs. 2-3: constraint factors at every level plus
+    integrators on every coordinate, over-determined and solved in the least-squares sense
+    with the sigmas of :class:`LeastSquaresSettings`) for any range of steps.  State
+    estimation builds on it; simulation uses the square :class:`ForwardProblem`.
 
     Parameters
     ----------
     mech : Mechanism
-    settings : ForwardSettings
+    settings : LeastSquaresSettings
     coords : "dependent" or "independent"
     indices : independent coordinates (required for "independent")
     forces : None, (n,) or callable k -> (n,) applied generalized forces (gravity is implicit)
     """
 
-    def __init__(self, mech, settings: ForwardSettings, coords="dependent", indices=None,
+    def __init__(self, mech, settings: LeastSquaresSettings, coords="dependent", indices=None,
                  forces=None):
         self.mech, self.settings, self.coords = mech, settings, coords
+        self.scales = mechanism_scales(mech)
         n = mech.n
         if coords == "dependent":
             self.indices = None
@@ -146,18 +354,19 @@ class ForwardProblem:
                          s.sigma_dynamics))
         return T.StackedTerm(self.layout, rows, fams)
 
-    def with_indices(self, indices) -> "ForwardProblem":
-        """The same problem in other independent coordinates (independent layout only)."""
-        return ForwardProblem(self.mech, self.settings, "independent", indices, self.forces)
+    step_scale = None  # over-determined: convergence is judged by the error decrease
 
-    def pack(self, q, v, a):
-        """Step vector (or vectors) from q, v, a."""
-        parts = dict(q=q, v=v, a=a)
-        if self.coords == "independent":
-            idx = list(self.indices)
-            parts.update(z=np.asarray(q)[..., idx], zd=np.asarray(v)[..., idx],
-                         zdd=np.asarray(a)[..., idx])
-        X = np.zeros(np.shape(q)[:-1] + (self.layout.dim,))
-        for name, val in parts.items():
-            X[..., self.layout.slice(name)] = val
-        return X
+    def window_terms(self, steps, plan=None, *, incoming=None) -> list:
+        """Every factor of the window rows 0 .. len(steps) - 1 apart from its prior."""
+        rows = np.arange(len(steps))
+        return self.linear_terms(rows) + [self.nonlinear_term(steps, rows)]
+
+    def link_plan(self, x, previous=None):
+        return None
+
+    def with_indices(self, indices) -> "LeastSquaresProblem":
+        """The same problem in other independent coordinates (independent layout only)."""
+        return type(self)(self.mech, self.settings, "independent", indices, self.forces)
+
+    pack = ForwardProblem.pack
+    best_indices = ForwardProblem.best_indices

@@ -52,11 +52,9 @@ import time
 import gtsam
 import numpy as np
 
-from mbfg.errors import ConvergenceError
+from mbfg.errors import ConvergenceError, MbfgError
 from mbfg.graphs.linear_blocks import UnaryLinear
-from mbfg.model import constraints as C
-from mbfg.solvers.batch import optimize
-from mbfg.solvers.gaussian import unit_noise
+from mbfg.solvers.batch import add_blocks, optimize
 
 
 def prediction_matrix(problem) -> np.ndarray:
@@ -84,15 +82,22 @@ class FixedLagSmoother:
 
     Parameters
     ----------
-    problem : ForwardProblem
+    problem : ForwardProblem or LeastSquaresProblem (or a subclass)
+        Supplies ``layout``, ``settings.dt``, ``pack``, ``initial_priors``, ``window_terms``,
+        ``link_plan`` and ``step_scale``.
     window : int >= 1
         Number of steps optimized together (the newest step and ``window - 1`` before it).
     max_iterations : int
         Linear solves allowed per step.
-    relative_tolerance, absolute_tolerance : float
+    relative_tolerance : float
         Convergence when the decrease of the window error predicted by the Gauss-Newton
-        model at the current estimate is at most ``relative_tolerance * error`` or at most
+        model at the current estimate is at most this fraction of the error (the test for
+        over-determined problems, whose error does not vanish), or at most
         ``absolute_tolerance`` (error = 0.5 * sum of squared whitened residuals).
+    step_tolerance : float, optional
+        With a problem that has a ``step_scale`` (the square simulation graph): convergence
+        when the last update is at most this fraction of every variable's scale.  Default:
+        ``problem.settings.step_tolerance``.
     on_failure : "raise" or "best"
         A window that does not converge within ``max_iterations`` raises
         :class:`~mbfg.errors.ConvergenceError` (simulation: never return garbage), or, with
@@ -105,7 +110,8 @@ class FixedLagSmoother:
 
     def __init__(self, problem, window: int = 2, *, max_iterations: int = 10,
                  relative_tolerance: float = 1e-6, absolute_tolerance: float = 1e-8,
-                 reselect: float | None = 0.9, on_failure: str = "raise"):
+                 step_tolerance: float | None = None, reselect: float | None = 0.9,
+                 on_failure: str = "raise"):
         window = int(window)
         if on_failure not in ("raise", "best"):
             raise ValueError(f"on_failure must be 'raise' or 'best', got {on_failure!r}")
@@ -116,6 +122,8 @@ class FixedLagSmoother:
         self.max_iterations = int(max_iterations)
         self.relative_tolerance = float(relative_tolerance)
         self.absolute_tolerance = float(absolute_tolerance)
+        self.step_tolerance = (float(step_tolerance) if step_tolerance is not None
+                               else getattr(problem.settings, "step_tolerance", None))
         self.reselect = (float(reselect) if reselect and getattr(problem, "indices", None)
                          is not None else None)
         self.layout = problem.layout
@@ -132,42 +140,26 @@ class FixedLagSmoother:
     def _set_problem(self, problem):
         self.problem = problem
         self.P_T = np.ascontiguousarray(prediction_matrix(problem).T)
-        self._varying = callable(getattr(problem, "forces", None))
-        self._cache: dict = {}
-        self._sel0 = problem.selection_term([0])
-        self._link0 = problem.link_term([0])
+        self.step_scale = getattr(problem, "step_scale", None)
 
     # ----------------------------------------------------------------- window terms
-    def _window_terms(self, L: int, steps):
-        """(linear terms without prior, nonlinear term, keys) of a window of L rows."""
-        c = self._cache.get(L)
-        if c is None:
-            rows = np.arange(L)
-            c = (self.problem.linear_terms(rows), self.problem.nonlinear_term(steps, rows),
-                 self.layout.keys(rows))
-            self._cache[L] = c
-        elif self._varying:
-            c = (c[0], self.problem.nonlinear_term(steps, np.arange(L)), c[2])
-        return c
-
-    def _linearize(self, W, prior, lin_terms, nl, keys):
-        """Native Gaussian factors of the window at W, its error, and the whitened nonlinear
-        blocks of row 0 (A0, e0) for the marginalization."""
+    def _linearize(self, W, terms, keys):
+        """Native Gaussian factors of the window at W, its error, and every term's blocks
+        (kept for the marginalization)."""
         g = gtsam.GaussianFactorGraph()
         err = 0.0
-        for t in prior:
-            err += t.linearize(W, keys, g)
-        for t in lin_terms:
-            err += t.linearize(W, keys, g)
-        e, A = nl.residual(W, jacobians=True)
-        w = nl.inv_sigma
-        e *= w
-        A *= w[None, :, None]
-        model = unit_noise(e.shape[1])
-        for t in range(W.shape[0]):
-            g.add(keys[t], A[t], -e[t], model)
-        err += 0.5 * float(np.sum(e * e))
-        return g, err, A[0], e[0]
+        blocks = []
+        for t in terms:
+            b = t.blocks(W)
+            err += add_blocks(b, keys, g)
+            blocks.append(b)
+        return g, err, blocks
+
+    def _converged(self, D, predicted, err) -> bool:
+        if self.step_scale is not None and self.step_tolerance is not None:
+            if np.max(np.abs(D) / self.step_scale) <= self.step_tolerance:
+                return True
+        return predicted <= self.relative_tolerance * err or predicted <= self.absolute_tolerance
 
     # ----------------------------------------------------------------- public API
     def initialize(self, q0, v0, a0=None):
@@ -183,6 +175,8 @@ class FixedLagSmoother:
                                                  np.asarray(a0, float))).copy()
         self.first = 0  # step index of row 0
         self.prior = self.problem.initial_priors(q0, v0)
+        self.links = []  # each link's plan (ForwardProblem.link_plan)
+        self._incoming = None  # plan of the link into row 0, carried by the marginal prior
         self.history = []
         self._solve()
         self._check_coordinates()
@@ -222,6 +216,9 @@ class FixedLagSmoother:
         W = self.W
         pred = self._predict(W[-1])
         self._a_prev = W[-1, self._a_slice].copy()
+        link = self.problem.link_plan(pred[None], self.links[-1] if self.links else None)
+        if link is not None:
+            self.links.append(link[0])
         W = np.vstack([W, pred])
         out = None
         if W.shape[0] > self.window:
@@ -229,6 +226,9 @@ class FixedLagSmoother:
             out = (self.first, W[0].copy())
             self.history.append(out)
             W = W[1:]
+            if self.links:
+                self._incoming = self.links[0]
+            self.links = self.links[1:]
             self.first += 1
         self.W = W
         self._solve()
@@ -237,13 +237,22 @@ class FixedLagSmoother:
 
     def run(self, steps: int, progress=None) -> np.ndarray:
         """Advance ``steps`` times from the initialized state; returns (steps + 1, dim): each
-        step's estimate when it left the window, then the final window."""
+        step's estimate when it left the window, then the final window.
+
+        A step that fails raises its error with ``partial`` set to the rows computed so far
+        (every step before the failing one)."""
         X = np.empty((self.first + self.W.shape[0] + steps, self.dim))
         for k, x in self.history:
             X[k] = x
         every = max(1, steps // 100)
         for i in range(steps):
-            out = self.advance()
+            try:
+                out = self.advance()
+            except MbfgError as exc:
+                last = self.first + self.W.shape[0]
+                X[self.first:last] = self.W
+                exc.partial = X[:last].copy()
+                raise
             if out is not None:
                 X[out[0]] = out[1]
             if progress is not None and ((i + 1) % every == 0 or i + 1 == steps):
@@ -253,53 +262,49 @@ class FixedLagSmoother:
 
     # ----------------------------------------------------------------- internals
     def _marginalize(self, W):
-        """Eliminate row 0 of W (linearized at the last solve's point) into a prior on row 1."""
+        """Eliminate row 0 (linearized at the last solve's final linearization point) into a
+        Gaussian prior on row 1.  ``W``: the window with the new step appended (with a window
+        of one step, the link to it is linearized here, at the new step's prediction)."""
         d = self.dim
-        x0 = self._lin_x0
-        x1 = W[1]
-        blocks0, blocks1, rhs = [], [], []
-        for t in self.prior:
-            blocks0.append(t.A)
-            rhs.append(t.A @ x0 - t.b.reshape(-1))
-        if self._sel0 is not None:
-            blocks0.append(self._sel0.A)
-            rhs.append(self._sel0.A @ x0 - self._sel0.b.reshape(-1))
-        A0, e0 = self._lin_nl0
-        blocks0.append(A0)
-        rhs.append(e0)
-        lk = self._link0
-        r_link = lk.A0 @ x0 + lk.A1 @ x1
-        r0 = sum(b.shape[0] for b in blocks0)
-        M = np.zeros((r0 + lk.A0.shape[0], 2 * d + 1))
-        M[:r0, :d] = np.vstack(blocks0)
-        M[:r0, 2 * d] = np.concatenate(rhs)
-        M[r0:, :d] = lk.A0
-        M[r0:, d:2 * d] = lk.A1
-        M[r0:, 2 * d] = r_link
-        R = np.linalg.qr(M, mode="r")
+        W_lin, blocks = self._lin
+        if W_lin.shape[0] < 2:
+            W_lin = np.vstack([W_lin[0], W[1]])
+            plan = np.array(self.links[:1]) if self.links else None
+            links = self.problem.window_terms([self.first, self.first + 1], plan,
+                                              incoming=self._incoming)
+            blocks = blocks + [b for b in (t.blocks(W_lin) for t in links) if len(b[1]) == 2]
+        top, bottom = [], []
+        for rows, A, e in blocks:
+            sel = np.flatnonzero(rows[:, 0] == 0)
+            for t in sel:
+                M = np.zeros((e.shape[1], 2 * d + 1))
+                M[:, :d] = A[0][t]
+                if len(A) == 2:
+                    M[:, d:2 * d] = A[1][t]
+                M[:, 2 * d] = e[t]
+                (top if len(A) == 1 else bottom).append(M)
+        R = np.linalg.qr(np.vstack(top + bottom), mode="r")
         R1 = R[d:2 * d, d:2 * d]
         r1 = R[d:2 * d, 2 * d]
-        # residual R1 (x1 - x1bar) + r1  =  R1 x1 - (R1 x1bar - r1)
-        self.prior = [UnaryLinear([0], R1, R1 @ x1 - r1)]
+        # residual R1 (x1 - x1_lin) + r1  =  R1 x1 - (R1 x1_lin - r1)
+        self.prior = [UnaryLinear([0], R1, R1 @ W_lin[1] - r1)]
 
     def _solve(self):
         """Gauss-Newton on the current window (see module docstring)."""
         W = self.W
         L = W.shape[0]
         steps = np.arange(self.first, self.first + L)
-        lin_terms, nl, keys = self._window_terms(L, steps)
-        prior = self.prior
-        rtol, atol = self.relative_tolerance, self.absolute_tolerance
+        terms = self.prior + self.problem.window_terms(
+            steps, np.array(self.links) if self.links else None, incoming=self._incoming)
+        keys = self.layout.keys(range(L))
         it = 0
         prev_err = np.inf
         converged = False
         while True:
-            g, err, A0, e0 = self._linearize(W, prior, lin_terms, nl, keys)
-            x_lin0 = W[0]
-            if not err <= prev_err * (1.0 + 1e-9) + atol:  # the last step raised the error
-                W, err, it, A0, e0 = self._fallback(W_prev, prior, lin_terms, nl, keys,
-                                                    steps, it)
-                x_lin0 = W[0]
+            g, err, blocks = self._linearize(W, terms, keys)
+            lin = (W, blocks)
+            if not err <= prev_err * (1.0 + 1e-9):  # the last step raised the error
+                W, err, it, lin = self._fallback(W_prev, terms, keys, steps, it)
                 converged = True
                 break
             if it >= self.max_iterations:
@@ -310,12 +315,11 @@ class FixedLagSmoother:
             predicted = err - float(g.error(delta))
             W_prev, prev_err = W, err
             W = W + D
-            if predicted <= rtol * err or predicted <= atol:
+            if self._converged(D, predicted, err):
                 converged = True  # W + D is the (free) last Gauss-Newton step
                 break
         if not converged and self.on_failure == "best":
-            W, err, it, A0, e0 = self._fallback(W, prior, lin_terms, nl, keys, steps, it)
-            x_lin0 = W[0]
+            W, err, it, lin = self._fallback(W, terms, keys, steps, it)
             converged = True
         self.iterations += it
         self.max_iterations_per_step = max(self.max_iterations_per_step, it)
@@ -323,35 +327,16 @@ class FixedLagSmoother:
             raise ConvergenceError(
                 f"fixed-lag smoother did not converge at step {steps[-1]} "
                 f"(window {steps[0]}-{steps[-1]})", residual=err, iterations=it)
-        self._lin_x0 = x_lin0  # linearization point of (A0, e0)
-        self._lin_nl0 = (A0, e0)
+        self._lin = lin
         self.W = W
         self.steps_done += 1
-
-    def best_indices(self, q):
-        """(best indices, their quality, quality of the current indices) at q."""
-        mech = self.problem.mech
-        J = C.constraint_jacobian(mech, q)
-        _, _, Vt = np.linalg.svd(J)
-        d = len(self.problem.indices)
-        N = Vt[mech.n - d:].T  # orthonormal basis of the null space of Phi_q
-        cur = list(self.problem.indices)
-        if d == 1:
-            a = np.abs(N[:, 0])
-            best = (int(np.argmax(a)),)
-            return best, float(a[best[0]]), float(a[cur[0]])
-        from scipy.linalg import qr
-        piv = qr(N.T, pivoting=True, mode="r")[1]
-        best = tuple(sorted(int(i) for i in piv[:d]))
-        smin = lambda idx: float(np.linalg.svd(N[list(idx)], compute_uv=False)[-1])  # noqa: E731
-        return best, smin(best), smin(cur)
 
     def _check_coordinates(self):
         """Switch independent coordinates when the current ones become ill-conditioned."""
         if self.reselect is None:
             return
         lay = self.layout
-        best, q_best, q_cur = self.best_indices(self.W[-1, lay.slice("q")])
+        best, q_best, q_cur = self.problem.best_indices(self.W[-1, lay.slice("q")])
         if q_cur >= self.reselect * q_best or tuple(best) == tuple(self.problem.indices):
             return
         old = list(self.problem.indices)
@@ -370,7 +355,7 @@ class FixedLagSmoother:
         self._solve()
         self.steps_done -= 1
 
-    def _fallback(self, W_prev, prior, lin_terms, nl, keys, steps, it):
+    def _fallback(self, W_prev, terms, keys, steps, it):
         """Damped Gauss-Newton / LM (mbfg.solvers.batch.optimize) from the best point
         (with ``on_failure="best"``: a full solve that keeps its best point if it does not
         converge)."""
@@ -378,10 +363,10 @@ class FixedLagSmoother:
         keep_best = self.on_failure == "best"
         remaining = self.max_iterations if keep_best else max(1, self.max_iterations - it)
         try:
-            W, st = optimize(prior + lin_terms + [nl], W_prev, keys,
-                             max_iterations=remaining,
+            W, st = optimize(terms, W_prev, keys, max_iterations=remaining,
                              relative_tolerance=self.relative_tolerance,
-                             absolute_tolerance=1e-24, raise_on_failure=not keep_best,
+                             step_scale=self.step_scale, step_tolerance=self.step_tolerance,
+                             raise_on_failure=not keep_best,
                              what=f"fixed-lag smoother at step {steps[-1]}")
         except ConvergenceError as exc:
             self.iterations += it + exc.iterations
@@ -391,5 +376,5 @@ class FixedLagSmoother:
                 residual=exc.residual, iterations=it + exc.iterations) from None
         if not st.converged:
             self.unconverged += 1
-        _, err, A0, e0 = self._linearize(W, prior, lin_terms, nl, keys)
-        return W, err, it + st.iterations, A0, e0
+        _, err, blocks = self._linearize(W, terms, keys)
+        return W, err, it + st.iterations, (W, blocks)
