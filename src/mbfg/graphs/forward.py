@@ -45,9 +45,11 @@ class ForwardSettings:
     integrator : "trapezoidal" or "euler"
         Eq. 23 with the energy balance, or Eq. 22.
     step_tolerance : float
-        A Gauss-Newton solve has converged when its last update moved no coordinate by more
-        than this fraction of the coordinate's scale (positions: the mechanism's length;
-        velocities: length / dt; accelerations: length / dt^2).
+        A Gauss-Newton solve has converged when the error left after its last update,
+        estimated by Newton's quadratic convergence as the square of that update measured in
+        the coordinates' scales (positions: the mechanism's length; velocities: length / dt;
+        accelerations: length / dt^2), is at most this fraction (1e-12: updates of 1e-6 of
+        the scale, leaving about 1e-12).
     energy_speed : float
         Links where no coordinate moves more than this fraction of its scale in a step carry
         no energy row (see :meth:`ForwardProblem.link_plan`).
@@ -56,7 +58,7 @@ class ForwardSettings:
     """
     dt: float = 1e-3
     integrator: str = "trapezoidal"
-    step_tolerance: float = 1e-10
+    step_tolerance: float = 1e-12
     energy_speed: float = 1e-4
     prior_q_approx: float = 1.0
 

@@ -30,28 +30,33 @@ class StepLayout:
     slots: tuple
     char: str = "x"
 
+    def __post_init__(self):
+        spans, off = {}, 0
+        for name, d in self.slots:
+            spans[name] = slice(off, off + d)
+            off += d
+        object.__setattr__(self, "_spans", spans)  # slices are asked for in every hot loop
+
     @property
     def dim(self) -> int:
         return sum(d for _, d in self.slots)
 
+    def slice(self, name: str) -> slice:
+        try:
+            return self._spans[name]
+        except KeyError:
+            raise KeyError(f"no slot {name!r} in layout {self.names}") from None
+
     def offset(self, name: str) -> int:
-        off = 0
-        for s, d in self.slots:
-            if s == name:
-                return off
-            off += d
-        raise KeyError(f"no slot {name!r} in layout {self.names}")
+        return self.slice(name).start
 
     @property
     def names(self) -> tuple:
         return tuple(s for s, _ in self.slots)
 
     def size(self, name: str) -> int:
-        return dict(self.slots)[name]
-
-    def slice(self, name: str) -> slice:
-        o = self.offset(name)
-        return slice(o, o + self.size(name))
+        sl = self.slice(name)
+        return sl.stop - sl.start
 
     def key(self, k: int) -> int:
         return gtsam.symbol(self.char, int(k))

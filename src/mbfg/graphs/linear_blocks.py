@@ -33,7 +33,7 @@ class UnaryLinear(BatchTerm):
 
     def blocks(self, X):
         e = self.residual(X)
-        return self.rows[:, None], [np.broadcast_to(self.A, (e.shape[0],) + self.A.shape)], e
+        return self.rows[:, None], [self.A[None]], e
 
 
 class BinaryLinear(BatchTerm):
@@ -54,10 +54,7 @@ class BinaryLinear(BatchTerm):
 
     def blocks(self, X):
         e = self.residual(X)
-        T = e.shape[0]
-        return (np.stack([self.rows0, self.rows1], axis=1),
-                [np.broadcast_to(self.A0, (T,) + self.A0.shape),
-                 np.broadcast_to(self.A1, (T,) + self.A1.shape)], e)
+        return np.stack([self.rows0, self.rows1], axis=1), [self.A0[None], self.A1[None]], e
 
 
 def prior(layout, row: int, slot: str, mean, sigma) -> UnaryLinear:

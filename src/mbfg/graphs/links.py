@@ -62,79 +62,70 @@ class IntegratorLinks(BatchTerm):
         if scheme not in ("trapezoidal", "euler"):
             raise ValueError(f"integrator must be 'trapezoidal' or 'euler', got {scheme!r}")
         self.scheme = scheme
-        self.slots = slots
-        self.indices = np.asarray(indices, int).reshape(self.rows0.size, -1)
-        scale = np.broadcast_to(np.asarray(scale, float), self.indices.shape)
-        self.weights = np.concatenate([1.0 / scale, self.dt / scale], axis=1)
         self.energy = energy if scheme == "trapezoidal" else None
-        self.energy_rows = (np.ones(self.rows0.size, bool) if energy_rows is None
-                            else np.asarray(energy_rows, bool))
-
-    def _residual(self, X, jacobians):
-        lay, dt, idx = self.layout, self.dt, self.indices
+        idx = np.asarray(indices, int).reshape(self.rows0.size, -1)
         T, d = idx.shape
-        x0, x1 = X[self.rows0], X[self.rows0 + 1]
-        offs = [lay.offset(s) for s in self.slots]
-        p0 = [np.take_along_axis(x0, o + idx, axis=1) for o in offs]
-        p1 = [np.take_along_axis(x1, o + idx, axis=1) for o in offs]
-        trap = self.scheme == "trapezoidal"
-        if trap:
-            alpha = x1[:, lay.offset("alpha")]
-            vbar = 0.5 * (p0[1] + p1[1])
-            r1 = p1[0] - p0[0] - dt * vbar
-            r2 = p1[1] - p0[1] - 0.5 * dt * (p0[2] + p1[2]) - alpha[:, None] * vbar
-        else:
-            r1 = p1[0] - p0[0] - dt * p0[1]
-            r2 = p1[1] - p0[1] - dt * p0[2]
+        scale = np.broadcast_to(np.asarray(scale, float), idx.shape)
         rows = 2 * d + (self.energy is not None)
-        e = np.empty((T, rows))
-        e[:, :d], e[:, d:2 * d] = r1, r2
+        w = np.empty((T, rows))
+        w[:, :d], w[:, d:2 * d] = 1.0 / scale, dt / scale
+        if self.energy is not None:
+            on = np.ones(T, bool) if energy_rows is None else np.asarray(energy_rows, bool)
+            w[:, 2 * d] = on / self.energy[3]
+        self.weights = w
+        # constant (unweighted) coefficients of the integrator rows on x_k and x_{k+1}; what
+        # depends on the state (alpha terms, energy row) is filled in by ``_linearization``
+        pos, vel, acc = (layout.offset(name) + idx for name in slots)
+        self._t, self._r = np.arange(T)[:, None], np.arange(d)[None, :]
+        t, r = self._t, self._r
+        B0 = np.zeros((T, rows, layout.dim))
+        B1 = np.zeros((T, rows, layout.dim))
+        B0[t, r, pos], B1[t, r, pos] = -1.0, 1.0
+        B0[t, d + r, vel], B1[t, d + r, vel] = -1.0, 1.0
+        if scheme == "trapezoidal":
+            B0[t, r, vel] = B1[t, r, vel] = -0.5 * self.dt
+            B0[t, d + r, acc] = B1[t, d + r, acc] = -0.5 * self.dt
+        else:
+            B0[t, r, vel], B0[t, d + r, acc] = -self.dt, -self.dt
+        self._B0, self._B1, self._vel, self._d = B0, B1, vel, d
+
+    def _linearization(self, X, jacobians=True):
+        """Unweighted residual (T, rows) and, if asked, Jacobian blocks on x_k and x_{k+1}."""
+        lay, dt, d, t = self.layout, self.dt, self._d, self._t
+        x0, x1 = X[self.rows0], X[self.rows0 + 1]
+        e = np.einsum("trk,tk->tr", self._B0, x0) + np.einsum("trk,tk->tr", self._B1, x1)
+        A0 = self._B0.copy() if jacobians else None
+        A1 = self._B1.copy() if jacobians else None
+        if self.scheme == "trapezoidal":
+            alpha = x1[:, lay.offset("alpha")]
+            vbar = 0.5 * (x0[t, self._vel] + x1[t, self._vel])
+            e[:, d:2 * d] -= alpha[:, None] * vbar
+            if jacobians:
+                A0[t, d + self._r, self._vel] -= 0.5 * alpha[:, None]
+                A1[t, d + self._r, self._vel] -= 0.5 * alpha[:, None]
+                A1[:, d:2 * d, lay.offset("alpha")] = -vbar
         if self.energy is not None:
             M, Qg, Q, _ = self.energy
             q0, q1 = x0[:, lay.slice("q")], x1[:, lay.slice("q")]
             v0, v1 = x0[:, lay.slice("v")], x1[:, lay.slice("v")]
-            Qsum = 0.0 if Q is None else Q[:-1] + Q[1:]
-            kin = 0.5 * (np.einsum("ti,ij,tj->t", v1, M, v1) - np.einsum("ti,ij,tj->t", v0, M, v0))
-            work = 0.25 * dt * np.sum((v0 + v1) * Qsum, axis=1) if Q is not None else 0.0
-            e[:, 2 * d] = kin - (q1 - q0) @ Qg - work
-        if not jacobians:
-            return e, None
-        A0 = np.zeros((T, rows, lay.dim))
-        A1 = np.zeros((T, rows, lay.dim))
-        t = np.arange(T)[:, None]
-        r = np.arange(d)[None, :]
-        pos, vel, acc = (o + idx for o in offs)
-        if trap:
-            A0[t, r, pos], A1[t, r, pos] = -1.0, 1.0
-            A0[t, r, vel] = A1[t, r, vel] = -0.5 * dt
-            A0[t, d + r, vel] = -(1.0 + 0.5 * alpha)[:, None]
-            A1[t, d + r, vel] = (1.0 - 0.5 * alpha)[:, None]
-            A0[t, d + r, acc] = A1[t, d + r, acc] = -0.5 * dt
-            A1[:, d:2 * d, lay.offset("alpha")] = -vbar
-        else:
-            A0[t, r, pos], A1[t, r, pos], A0[t, r, vel] = -1.0, 1.0, -dt
-            A0[t, d + r, vel], A1[t, d + r, vel], A0[t, d + r, acc] = -1.0, 1.0, -dt
-        if self.energy is not None:
-            fw = 0.0 if Q is None else 0.25 * dt * Qsum
-            A0[:, 2 * d, lay.slice("q")] = Qg
-            A1[:, 2 * d, lay.slice("q")] = -Qg
-            A0[:, 2 * d, lay.slice("v")] = -(v0 @ M) - fw
-            A1[:, 2 * d, lay.slice("v")] = v1 @ M - fw
-        return e, (A0, A1)
-
-    def _row_weights(self):
-        w = self.weights
-        if self.energy is not None:
-            w = np.concatenate([w, (self.energy_rows / self.energy[3])[:, None]], axis=1)
-        return w
+            Mv0, Mv1 = v0 @ M, v1 @ M
+            fw = 0.0 if Q is None else 0.25 * dt * (Q[:-1] + Q[1:])
+            e[:, 2 * d] = (0.5 * (np.sum(v1 * Mv1, axis=1) - np.sum(v0 * Mv0, axis=1))
+                           - (q1 - q0) @ Qg - np.sum((v0 + v1) * fw, axis=1))
+            if jacobians:
+                A0[:, 2 * d, lay.slice("q")] = Qg
+                A1[:, 2 * d, lay.slice("q")] = -Qg
+                A0[:, 2 * d, lay.slice("v")] = -Mv0 - fw
+                A1[:, 2 * d, lay.slice("v")] = Mv1 - fw
+        return e, A0, A1
 
     def blocks(self, X):
-        e, (A0, A1) = self._residual(X, True)
-        w = self._row_weights()
-        return (np.stack([self.rows0, self.rows0 + 1], axis=1),
-                [A0 * w[:, :, None], A1 * w[:, :, None]], e * w)
+        e, A0, A1 = self._linearization(X)
+        w = self.weights
+        A0 *= w[:, :, None]
+        A1 *= w[:, :, None]
+        return np.stack([self.rows0, self.rows0 + 1], axis=1), [A0, A1], e * w
 
     def error(self, X) -> float:
-        e, _ = self._residual(X, False)
-        e = e * self._row_weights()
+        e = self._linearization(X, jacobians=False)[0] * self.weights
         return 0.5 * float(np.sum(e * e))

@@ -38,7 +38,8 @@ class BatchTerm:
     ``X`` is the (N, dim) array of step vectors and ``keys`` their gtsam keys.
     :meth:`blocks` returns the whitened linearization at ``X`` of every factor of the family:
     ``rows`` (T, k) the step rows each factor touches (k = 1 or 2), ``A`` a list of k arrays
-    (T, r, dim) (the Jacobian block on each of those rows) and ``e`` (T, r) the whitened
+    (T, r, dim) (the Jacobian block on each of those rows; (1, r, dim) when the same block
+    serves every factor) and ``e`` (T, r) the whitened
     residual, i.e. the factor ``||A delta + e||^2``.  :meth:`linearize` appends those factors to
     a ``GaussianFactorGraph`` and returns the error at ``X``; :meth:`error` returns
     ``0.5 * sum ||whitened e||^2``."""
@@ -62,12 +63,17 @@ def add_blocks(blocks, keys, out) -> float:
     if len(A) == 1:
         A0 = A[0]
         for t, r in enumerate(rows[:, 0]):
-            out.add(keys[r], A0[t], b[t], model)
+            out.add(keys[r], block(A0, t), b[t], model)
     else:
         A0, A1 = A
         for t, (r0, r1) in enumerate(rows):
-            out.add(keys[r0], A0[t], keys[r1], A1[t], b[t], model)
+            out.add(keys[r0], block(A0, t), keys[r1], block(A1, t), b[t], model)
     return 0.5 * float(np.sum(e * e))
+
+
+def block(A, t):
+    """Factor t's block of a (T, r, dim) or shared (1, r, dim) block array."""
+    return A[t] if A.shape[0] > 1 else A[0]
 
 
 @dataclass
@@ -88,6 +94,17 @@ class SolverStats:
         return (f"{'converged' if self.converged else 'NOT converged'} after {self.iterations} "
                 f"iterations: error {self.initial_error:.3e} -> {self.final_error:.3e} "
                 f"({self.seconds:.3f} s)")
+
+
+def step_converged(D, step_scale, step_tolerance) -> bool:
+    """Newton's test for a square problem: the error left after the update ``D`` (any shape
+    ending in dim), estimated by quadratic convergence as the square of the update measured
+    in ``step_scale`` (dim,), is at most ``step_tolerance`` (both dimensionless; an ``inf``
+    scale leaves a variable out).  False when either is None."""
+    if step_scale is None or step_tolerance is None:
+        return False
+    m = float(np.max(np.abs(D) / step_scale))
+    return m * m <= step_tolerance
 
 
 def total_error(terms, X) -> float:
@@ -114,9 +131,8 @@ def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: fl
     """Minimize ``sum(term.error(X))`` over the step vectors ``X`` (N, dim) with keys ``keys``.
 
     ``step_scale`` (dim,) and ``step_tolerance``: also converged when an accepted undamped
-    step moved no variable by more than ``step_tolerance`` times its scale (the unit-free
-    test for square problems, whose error falls to rounding level; an ``inf`` scale leaves a
-    variable out of the test).  Returns ``(X, stats)``.  Undamped Gauss-Newton steps are tried first.  A step that raises
+    step passes :func:`step_converged` (the unit-free test for square problems, whose error
+    falls to rounding level).  Returns ``(X, stats)``.  Undamped Gauss-Newton steps are tried first.  A step that raises
     the error is still taken up to ``watchdog`` times in a row (tight constraint factors make
     the first step from a rough initial estimate overshoot, and the next one lands near the
     optimum); if that does not produce a new best error, the best point is restored and
@@ -167,8 +183,7 @@ def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: fl
                 # the Gauss-Newton model predicted the new error to within the tolerance: the
                 # problem is locally linear and the next step would gain about that mismatch
                 model_exact = lam == 0.0 and abs(new_err - predicted) <= model_tolerance * new_err
-                small_step = (lam == 0.0 and step_scale is not None and step_tolerance is not None
-                              and np.max(np.abs(Y - prev_X) / step_scale) <= step_tolerance)
+                small_step = lam == 0.0 and step_converged(Y - prev_X, step_scale, step_tolerance)
                 lam = 0.0 if lam <= initial_lambda else lam / 10.0
                 trial = 0
                 converged = (err <= absolute_tolerance or decrease <= relative_tolerance * err

@@ -54,7 +54,7 @@ import numpy as np
 
 from mbfg.errors import ConvergenceError, MbfgError
 from mbfg.graphs.linear_blocks import UnaryLinear
-from mbfg.solvers.batch import add_blocks, optimize
+from mbfg.solvers.batch import add_blocks, block, optimize, step_converged
 
 
 def prediction_matrix(problem) -> np.ndarray:
@@ -96,8 +96,8 @@ class FixedLagSmoother:
         ``absolute_tolerance`` (error = 0.5 * sum of squared whitened residuals).
     step_tolerance : float, optional
         With a problem that has a ``step_scale`` (the square simulation graph): convergence
-        when the last update is at most this fraction of every variable's scale.  Default:
-        ``problem.settings.step_tolerance``.
+        by :func:`mbfg.solvers.batch.step_converged` (Newton's estimate of the error left
+        after the last update).  Default: ``problem.settings.step_tolerance``.
     on_failure : "raise" or "best"
         A window that does not converge within ``max_iterations`` raises
         :class:`~mbfg.errors.ConvergenceError` (simulation: never return garbage), or, with
@@ -156,9 +156,8 @@ class FixedLagSmoother:
         return g, err, blocks
 
     def _converged(self, D, predicted, err) -> bool:
-        if self.step_scale is not None and self.step_tolerance is not None:
-            if np.max(np.abs(D) / self.step_scale) <= self.step_tolerance:
-                return True
+        if step_converged(D, self.step_scale, self.step_tolerance):
+            return True
         return predicted <= self.relative_tolerance * err or predicted <= self.absolute_tolerance
 
     # ----------------------------------------------------------------- public API
@@ -278,9 +277,9 @@ class FixedLagSmoother:
             sel = np.flatnonzero(rows[:, 0] == 0)
             for t in sel:
                 M = np.zeros((e.shape[1], 2 * d + 1))
-                M[:, :d] = A[0][t]
+                M[:, :d] = block(A[0], t)
                 if len(A) == 2:
-                    M[:, d:2 * d] = A[1][t]
+                    M[:, d:2 * d] = block(A[1], t)
                 M[:, 2 * d] = e[t]
                 (top if len(A) == 1 else bottom).append(M)
         R = np.linalg.qr(np.vstack(top + bottom), mode="r")
