@@ -93,3 +93,85 @@ def test_batched_kernels_match_single_state(states):
     for k in range(len(q)):
         one = D.forward_dynamics_jacobians(mech, q[k], qd[k])
         np.testing.assert_allclose(batch.d_q[k], one.d_q, atol=1e-9)
+
+
+def _chain_yaml(links: int) -> str:
+    """A ``links``-body pendulum chain hanging from fixed point 0 (bent, so that no row is
+    degenerate), with relative angles on the first body (one fixed point) and a middle one."""
+    pts = ["  - { x: 0, y: 0, fixed: true }"]
+    pts += [f"  - {{ x: {0.1 * k}, y: {-0.02 * k * k} }}" for k in range(1, links + 1)]
+    bodies = [f"  - {{ points: [{k}, {k + 1}], length: auto, mass: {1.0 + 0.01 * k}, "
+              f"I0: (1/3)*mass*length^2, cog: [0.5*length, 0.01] }}" for k in range(links)]
+    angles = [f"  - {{ type: RelativeAngleAbsoluteDOF, points: [{k}, {k + 1}] }}"
+              for k in (0, links // 2)]
+    return "\n".join(["points:", *pts, "planar_bodies:", *bodies, "relative_coordinates:",
+                      *angles]) + "\n"
+
+
+def _arrays(obj):
+    """Every ndarray held by the model: its attributes (cached ones included), in tuples too."""
+    for value in vars(obj).values():
+        for a in (value if isinstance(value, tuple) else (value,)):
+            if isinstance(a, np.ndarray):
+                yield a
+
+
+def test_chain_kernels_are_sparse_and_match_dense_references():
+    """A 50-link chain: the per-row kernels against references built densely in the test
+    (Phi from the point positions, derivatives by central differences and from the full
+    Hessian tensor), and the model holds no (m, n, n)-sized table."""
+    import mbfg
+
+    links = 50
+    mech = mbfg.mechanism_from_yaml(_chain_yaml(links))
+    n, m = mech.n, mech.m
+    assert (n, m, mech.m_quadratic) == (2 * links + 2, links + 2, links)
+    assert ((mech.quad_coords >= 0).sum(axis=1) <= 4).all()
+    assert ((mech.angle_d_coords >= 0).sum(axis=1) <= 4).all()
+
+    rng = np.random.default_rng(50)
+    q = mech.q0 + 1e-3 * rng.normal(size=n)
+    v = rng.normal(size=n)
+    lam = rng.normal(size=m)
+
+    r = mech.point_positions(q)
+    phi_ref = [np.sum((r[k] - r[k + 1]) ** 2) - mech.spec.bodies[k].length ** 2
+               for k in range(links)]
+    for theta, ra in zip(q[mech.angle_coords], mech.spec.relative_angles):
+        d = r[ra.points[1]] - r[ra.points[0]]
+        phi_ref.append(d[0] * np.sin(theta) - d[1] * np.cos(theta))
+    np.testing.assert_allclose(C.position_constraints(mech, q), phi_ref, rtol=0, atol=1e-14)
+
+    J = C.constraint_jacobian(mech, q)
+    H = C.constraint_hessian(mech, q)
+    check_jacobian(lambda x: C.position_constraints(mech, x), q, J, name="Phi_q")
+    check_jacobian(lambda x: C.constraint_jacobian(mech, x), q, H, name="Phi_qq")
+    check_jacobian(lambda x: C.constraint_jacobian(mech, x) @ v, q, C.hessian_times(mech, q, v),
+                   name="Phi_qq v")
+    check_jacobian(lambda x: C.constraint_jacobian(mech, x).T @ lam, q,
+                   C.hessian_weighted_sum(mech, q, lam), name="sum lam_k Phi_qq,k")
+    np.testing.assert_allclose(C.hessian_times(mech, q, v), H @ v, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(C.hessian_weighted_sum(mech, q, lam),
+                               np.einsum("k,kij->ij", lam, H), rtol=0, atol=1e-13)
+    qs = q + 1e-3 * rng.normal(size=(3, n))  # batched over states like the single-state calls
+    np.testing.assert_allclose(C.hessian_weighted_sum(mech, qs, lam),
+                               np.stack([C.hessian_weighted_sum(mech, x, lam) for x in qs]),
+                               rtol=0, atol=1e-13)
+    M = mech.mass_matrix()
+    assert np.count_nonzero(M) <= 16 * links  # one 4x4 block per body
+
+    sizes = [a.size for a in _arrays(mech) if a is not M]  # after every kernel ran (caches)
+    assert max(sizes) < m * n * n
+    assert max(sizes) <= 32 * (n + m)  # linear in the number of bodies: not even an (m, n) table
+
+
+@pytest.mark.parametrize("name", FD_MECHANISMS)
+def test_constraint_rows_touch_only_their_coordinates(states, name):
+    """Each row's table lists at most the coordinates of its points: distance 4, fixed slider 2,
+    mobile slider 6, relative angle 4 point coordinates (plus its angle)."""
+    mech, _ = states[name]
+    width = (mech.quad_coords >= 0).sum(axis=1)
+    limits = {"dist": 4, "fixed_slider": 2, "mobile_slider": 6}
+    for label, k in zip(mech.constraint_labels, width):
+        assert k <= next(v for key, v in limits.items() if key in label), label
+    assert ((mech.angle_d_coords >= 0).sum(axis=1) <= 4).all()

@@ -22,6 +22,10 @@ acceleration_bias_jacobian   d(dPhi_q/dt qdot)/dq                   (..., m, n)
 acceleration_constraints     dPhi_q/dt qdot + Phi_q qddot           (..., m)
 ===========================  =====================================  ==================
 
+Each row is evaluated on the few coordinates of its own points (the per-row local tables of
+:class:`~mbfg.model.mechanism.Mechanism`), so apart from filling the dense outputs the cost
+and memory are linear in the number of rows.
+
 Useful identities (all exact here): d(Phi_q qdot)/dq = Phi_qq qdot = dPhi_q/dt;
 d(dPhi_q/dt qdot)/dqdot = 2 dPhi_q/dt; d(Phi_q qddot)/dq = Phi_qq qddot.
 """
@@ -35,11 +39,42 @@ def _flat(mech, x):
     return x.reshape(-1, mech.n), x.shape[:-1]
 
 
+def _local(coords, x2):
+    """x2 (T, n) at a row table's coordinates (r, k): (T, r, k).  Padded slots (-1) read the
+    last coordinate, which the zero coefficients of those slots cancel."""
+    return x2[:, coords]
+
+
+def _scatter(out, slots, local):
+    """Write local per-row values (T, r, k) into the columns of ``out`` (T, m, n) given by a
+    slot table ``(mask, rows, cols)`` of the mechanism (padded slots are skipped)."""
+    mask, rows, cols = slots
+    out[:, rows, cols] = local[:, mask]
+
+
+def _quad_Hu(mech, u):
+    """H_k u_k for local quadratic-row coordinates u (T, m_q, k_q): (T, m_q, k_q)."""
+    return np.einsum("kij,tkj->tki", mech.quad_H, u)
+
+
 def _angle_terms(mech, q2):
-    """Per-angle quantities for T states: d (T,a,2), s, c, theta-onehot, gradient pieces."""
-    d = np.einsum("akn,tn->tak", mech.angle_D, q2) + mech.angle_d0
+    """Per-angle quantities for T states, each (T, a): d = points[0] -> points[1] (dx, dy) [m]
+    and sin, cos of the angle coordinate."""
+    d = np.einsum("aij,taj->tai", mech.angle_D, _local(mech.angle_d_coords, q2)) + mech.angle_d0
     th = q2[:, mech.angle_coords]
     return d[..., 0], d[..., 1], np.sin(th), np.cos(th)
+
+
+def _angle_rows(mech):
+    """Row index of every angle constraint, (a,)."""
+    return mech.m_quadratic + np.arange(mech.angle_coords.size)
+
+
+def _angle_hessian_slots(mech):
+    """``(mask, rows, cols, th)``: the angle rows' point slots as in ``mech._angle_slots`` and
+    the angle coordinate of each slot's row; Hessian entries (cols, th) and (th, cols)."""
+    mask, rows, cols = mech._angle_slots
+    return mask, rows, cols, mech.angle_coords[rows - mech.m_quadratic]
 
 
 def position_constraints(mech, q):
@@ -48,8 +83,9 @@ def position_constraints(mech, q):
     out = np.empty((q2.shape[0], mech.m))
     mq = mech.m_quadratic
     if mq:
-        Hq = (q2 @ mech._quad_H_flat.T).reshape(-1, mq, mech.n)
-        out[:, :mq] = np.einsum("tkn,tn->tk", 0.5 * Hq + mech.quad_g, q2) + mech.quad_c
+        u = _local(mech.quad_coords, q2)
+        out[:, :mq] = np.einsum("tki,tki->tk", 0.5 * _quad_Hu(mech, u) + mech.quad_g, u) \
+            + mech.quad_c
     if mech.angle_coords.size:
         dx, dy, s, c = _angle_terms(mech, q2)
         out[:, mq:] = dx * s - dy * c
@@ -59,22 +95,23 @@ def position_constraints(mech, q):
 def constraint_jacobian(mech, q):
     """Phi_q(q), Eq. (24d).  Shape (..., m, n)."""
     q2, lead = _flat(mech, q)
-    out = np.empty((q2.shape[0], mech.m, mech.n))
-    mq = mech.m_quadratic
-    if mq:
-        out[:, :mq] = (q2 @ mech._quad_H_flat.T).reshape(-1, mq, mech.n) + mech.quad_g
+    out = np.zeros((q2.shape[0], mech.m, mech.n))
+    if mech.m_quadratic:
+        _scatter(out, mech._quad_slots,
+                 _quad_Hu(mech, _local(mech.quad_coords, q2)) + mech.quad_g)
     if mech.angle_coords.size:
         dx, dy, s, c = _angle_terms(mech, q2)
         D = mech.angle_D
-        out[:, mq:] = (D[None, :, 0, :] * s[..., None] - D[None, :, 1, :] * c[..., None]
-                       + mech.angle_onehot * (dx * c + dy * s)[..., None])
+        _scatter(out, mech._angle_slots, D[:, 0] * s[..., None] - D[:, 1] * c[..., None])
+        out[:, _angle_rows(mech), mech.angle_coords] = dx * c + dy * s
     return out.reshape(lead + (mech.m, mech.n))
 
 
 def _angle_w(mech, s, c):
-    """w = d(dPhi/dtheta)/d(point coords) = D_x cos + D_y sin, shape (T, a, n)."""
+    """w = d(dPhi/dtheta)/d(point coords) = D_x cos + D_y sin on the angle rows' local point
+    coordinates, shape (T, a, k_a)."""
     D = mech.angle_D
-    return D[None, :, 0, :] * c[..., None] + D[None, :, 1, :] * s[..., None]
+    return D[:, 0] * c[..., None] + D[:, 1] * s[..., None]
 
 
 def hessian_times(mech, q, v):
@@ -83,18 +120,17 @@ def hessian_times(mech, q, v):
     Equals d(Phi_q v)/dq for a constant v; with v = qdot it is dPhi_q/dt (Eq. 40a)."""
     q2, lead = _flat(mech, q)
     v2 = np.broadcast_to(np.asarray(v, dtype=float), np.shape(q)).reshape(-1, mech.n)
-    out = np.empty((q2.shape[0], mech.m, mech.n))
-    mq = mech.m_quadratic
-    if mq:
-        out[:, :mq] = (v2 @ mech._quad_H_flat.T).reshape(-1, mq, mech.n)
+    out = np.zeros((q2.shape[0], mech.m, mech.n))
+    if mech.m_quadratic:
+        _scatter(out, mech._quad_slots, _quad_Hu(mech, _local(mech.quad_coords, v2)))
     if mech.angle_coords.size:
         dx, dy, s, c = _angle_terms(mech, q2)
         w = _angle_w(mech, s, c)
-        E = mech.angle_onehot
         phi = dx * s - dy * c
         vth = v2[:, mech.angle_coords]
-        wv = np.einsum("tan,tn->ta", w, v2)
-        out[:, mq:] = w * vth[..., None] + E * (wv - phi * vth)[..., None]
+        wv = np.einsum("tai,tai->ta", w, _local(mech.angle_d_coords, v2))
+        _scatter(out, mech._angle_slots, w * vth[..., None])
+        out[:, _angle_rows(mech), mech.angle_coords] = wv - phi * vth
     return out.reshape(lead + (mech.m, mech.n))
 
 
@@ -104,40 +140,46 @@ def constraint_jacobian_dot(mech, q, qd):
 
 
 def constraint_hessian(mech, q):
-    """Full Hessian tensor Phi_qq(q), shape (..., m, n, n) (mainly for tests and analysis)."""
+    """Full Hessian tensor Phi_qq(q), shape (..., m, n, n) (mainly for tests and analysis; the
+    other kernels never form it)."""
     q2, lead = _flat(mech, q)
-    T = q2.shape[0]
-    out = np.zeros((T, mech.m, mech.n, mech.n))
-    mq = mech.m_quadratic
-    out[:, :mq] = mech.quad_H
+    out = np.zeros((q2.shape[0], mech.m, mech.n, mech.n))
+    mask, rows, ci, cj = mech._quad_hessian_slots
+    out[:, rows, ci, cj] = mech.quad_H[mask]
     if mech.angle_coords.size:
         dx, dy, s, c = _angle_terms(mech, q2)
         w = _angle_w(mech, s, c)
-        E = mech.angle_onehot
-        phi = dx * s - dy * c
-        out[:, mq:] = (w[..., :, None] * E[None, :, None, :] + E[None, :, :, None] * w[..., None, :]
-                       - phi[..., None, None] * (E[:, :, None] * E[:, None, :])[None])
+        mask, rows, cols, th = _angle_hessian_slots(mech)
+        out[:, rows, cols, th] = w[:, mask]
+        out[:, rows, th, cols] = w[:, mask]
+        out[:, _angle_rows(mech), mech.angle_coords, mech.angle_coords] = -(dx * s - dy * c)
     return out.reshape(lead + (mech.m, mech.n, mech.n))
 
 
 def hessian_weighted_sum(mech, q, lam):
     """sum_k lam_k Phi_qq,k(q): the constraint-force term d(Phi_q^T lam)/dq, shape (..., n, n).
 
-    Never forms the (m, n, n) Hessian tensor: the quadratic rows have constant Hessians and
-    the angle rows rank-2 ones."""
+    Never forms the (m, n, n) Hessian tensor: the weighted entries of the quadratic rows'
+    constant local Hessians are summed cell by cell, and the angle rows' rank-2 Hessians (whose
+    cells all involve their own angle coordinate, so they are distinct from each other and
+    from the quadratic rows' cells) are written in place."""
     q2, lead = _flat(mech, q)
+    n = mech.n
     lam2 = np.broadcast_to(np.asarray(lam, dtype=float), lead + (mech.m,)).reshape(-1, mech.m)
     mq = mech.m_quadratic
-    out = (lam2[:, :mq] @ mech.quad_H.reshape(mq, -1)).reshape(-1, mech.n, mech.n) if mq \
-        else np.zeros((q2.shape[0], mech.n, mech.n))
+    out = np.zeros((q2.shape[0], n * n))
+    cells, starts, rows, h = mech._quad_hessian_sum
+    if cells.size:
+        out[:, cells] = np.add.reduceat(lam2[:, rows] * h, starts, axis=1)
     if mech.angle_coords.size:
         dx, dy, s, c = _angle_terms(mech, q2)
-        w = _angle_w(mech, s, c) * lam2[:, mq:, None]          # (T, a, n)
-        E = mech.angle_onehot                                  # (a, n)
-        phi = (dx * s - dy * c) * lam2[:, mq:]
-        out = out + np.einsum("tan,am->tnm", w, E) + np.einsum("an,tam->tnm", E, w) \
-            - np.einsum("ta,an,am->tnm", phi, E, E)
-    return out.reshape(lead + (mech.n, mech.n))
+        lam_a = lam2[:, mq:]
+        mask, _, cols, th = _angle_hessian_slots(mech)
+        w = (_angle_w(mech, s, c) * lam_a[..., None])[:, mask]
+        out[:, cols * n + th] = w
+        out[:, th * n + cols] = w
+        out[:, mech.angle_coords * (n + 1)] = -(dx * s - dy * c) * lam_a
+    return out.reshape(lead + (n, n))
 
 
 def velocity_constraints(mech, q, qd):
@@ -159,14 +201,13 @@ def acceleration_bias_jacobian(mech, q, qd, J=None):
     out = np.zeros((q2.shape[0], mech.m, mech.n))
     mq = mech.m_quadratic
     if mech.angle_coords.size:
-        dx, dy, s, c = _angle_terms(mech, q2)
-        D = mech.angle_D
-        ddx = np.einsum("an,tn->ta", D[:, 0, :], qd2)
-        ddy = np.einsum("an,tn->ta", D[:, 1, :], qd2)
+        _, _, s, c = _angle_terms(mech, q2)
+        dd = np.einsum("aij,taj->tai", mech.angle_D, _local(mech.angle_d_coords, qd2))
         thd = qd2[:, mech.angle_coords]
         J = (constraint_jacobian(mech, q2) if J is None else J.reshape(-1, mech.m, mech.n))[:, mq:]
-        out[:, mq:] = (mech.angle_onehot * (2.0 * thd * (-s * ddx + c * ddy))[..., None]
-                       - (thd ** 2)[..., None] * J)
+        out[:, mq:] = -(thd ** 2)[..., None] * J
+        out[:, _angle_rows(mech), mech.angle_coords] += 2.0 * thd * (-s * dd[..., 0]
+                                                                     + c * dd[..., 1])
     return out.reshape(lead + (mech.m, mech.n))
 
 

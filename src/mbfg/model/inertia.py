@@ -57,34 +57,33 @@ def body_gravity_forces(mass: float, cog, length: float, gravity) -> np.ndarray:
     return mass * body_point_map(cog[0], cog[1], length).T @ np.asarray(gravity, float)
 
 
-def _body_selection(mech, body):
-    """(4, n) selection and (4,) fixed offsets of [r0; r1] of a body."""
-    A = mech.point_selection
-    p0, p1 = body.points[0], body.points[1]
-    return np.vstack([A[p0], A[p1]]), np.concatenate([mech.point_fixed_xy[p0],
-                                                       mech.point_fixed_xy[p1]])
+def _body_coords(mech, body) -> np.ndarray:
+    """(4,) indices in q of [x0 y0 x1 y1] of a body's first two points (-1 for fixed ones)."""
+    return mech.point_coords[list(body.points[:2])].ravel()
 
 
 def assemble_mass_matrix_and_gravity(mech):
-    """Constant M (n, n) and gravity forces (n,) of the whole mechanism."""
+    """Constant M (n, n) and gravity forces (n,) of the whole mechanism.
+
+    The 4x4 body blocks are added into the rows and columns of the bodies' free point
+    coordinates (fixed points carry no coordinates)."""
     M = np.zeros((mech.n, mech.n))
     Q = np.zeros(mech.n)
     for body in mech.spec.bodies:
-        S, _ = _body_selection(mech, body)
-        M += S.T @ body_mass_matrix(body.mass, body.I0, body.cog, body.length) @ S
-        Q += S.T @ body_gravity_forces(body.mass, body.cog, body.length, mech.gravity)
+        idx = _body_coords(mech, body)
+        free = idx >= 0
+        Mb = body_mass_matrix(body.mass, body.I0, body.cog, body.length)
+        M[np.ix_(idx[free], idx[free])] += Mb[np.ix_(free, free)]
+        Q[idx[free]] += body_gravity_forces(body.mass, body.cog, body.length, mech.gravity)[free]
     return M, Q
 
 
 def centres_of_mass(mech, q) -> np.ndarray:
     """Centre of mass of every body, shape (..., n_bodies, 2) [m]."""
-    q = np.asarray(q, float)
-    out = []
-    for body in mech.spec.bodies:
-        S, off = _body_selection(mech, body)
-        C = body_point_map(body.cog[0], body.cog[1], body.length)
-        out.append(np.einsum("kn,...n->...k", C @ S, q) + C @ off)
-    return np.stack(out, axis=-2)
+    bodies = mech.spec.bodies
+    C = np.stack([body_point_map(b.cog[0], b.cog[1], b.length) for b in bodies])  # (B, 2, 4)
+    r = mech.point_positions(q)[..., [b.points[:2] for b in bodies], :]          # (..., B, 2, 2)
+    return np.einsum("bkj,...bj->...bk", C, r.reshape(r.shape[:-2] + (4,)))
 
 
 def kinetic_energy(mech, qd) -> np.ndarray:

@@ -18,9 +18,16 @@ Constraints, in row order (paper Appendix III):
    divided by the initial |r_k - r_j| [m]);
 3. one row per relative angle: ``Phi = (x1 - x0) sin(theta) - (y1 - y0) cos(theta)`` [m].
 
-Rows of kinds 1-2 are quadratic in q and are stored as ``Phi_k = 1/2 q^T H_k q + g_k.q + c_k``
-with constant ``H`` (m_q, n, n), ``g`` (m_q, n), ``c`` (m_q,).  Angle rows are trigonometric
-and are evaluated by their own kernel; their Hessians depend on q.
+Every row touches only the few coordinates of its own points (a distance row at most 4, a
+fixed slider 2, a mobile slider 6, an angle row 4 point coordinates plus its angle), so the
+tables are per row and local, and building the model and evaluating the kernels cost O(m):
+
+* rows of kinds 1-2 are quadratic in q: with ``u = q[quad_coords[k]]`` (the row's coordinates,
+  padded with -1),  ``Phi_k = 1/2 u^T H_k u + g_k.u + c_k`` with constant local blocks
+  ``H`` (m_q, k_q, k_q), ``g`` (m_q, k_q) and ``c`` (m_q,); fixed points are folded into g and c
+  and padded slots have zero coefficients;
+* angle rows are trigonometric and are evaluated by their own kernel (their Hessians depend on
+  q): ``d = D_k @ q[angle_d_coords[k]] + d0_k`` is the vector points[0] -> points[1].
 """
 from __future__ import annotations
 
@@ -59,10 +66,16 @@ class Mechanism:
         Position of fixed points (0 for free points).
     angle_coords : ndarray (n_angles,) of int
         Index in q of each relative angle.
-    quad_H, quad_g, quad_c : ndarrays
-        Quadratic constraint tables (see module docstring).
-    angle_D : ndarray (n_angles, 2, n)
-        ``d = angle_D @ q + angle_d0`` is the vector points[0] -> points[1] of each angle.
+    quad_coords : ndarray (m_q, k_q) of int
+        Coordinates of each quadratic row, padded with -1 (k_q <= 6).
+    quad_H, quad_g, quad_c : ndarrays (m_q, k_q, k_q), (m_q, k_q), (m_q,)
+        Local quadratic constraint tables on ``q[quad_coords]`` (see module docstring), in
+        units of Phi per m^2, per m, and of Phi.
+    angle_d_coords : ndarray (n_angles, k_a) of int
+        Point coordinates of each angle row, padded with -1 (k_a <= 4).
+    angle_D : ndarray (n_angles, 2, k_a)
+        ``d = angle_D[k] @ q[angle_d_coords[k]] + angle_d0[k]`` is the vector
+        points[0] -> points[1] of angle k [m].
     angle_d0 : ndarray (n_angles, 2)
     gravity : ndarray (2,)
         [m/s^2].
@@ -79,9 +92,11 @@ class Mechanism:
     point_coords: np.ndarray
     point_fixed_xy: np.ndarray
     angle_coords: np.ndarray
+    quad_coords: np.ndarray
     quad_H: np.ndarray
     quad_g: np.ndarray
     quad_c: np.ndarray
+    angle_d_coords: np.ndarray
     angle_D: np.ndarray
     angle_d0: np.ndarray
     gravity: np.ndarray
@@ -107,15 +122,40 @@ class Mechanism:
         return self.spec.source
 
     @cached_property
-    def _quad_H_flat(self) -> np.ndarray:
-        return _freeze(self.quad_H.reshape(-1, self.n))
+    def _quad_slots(self) -> tuple:
+        """Non-padded slots of the quadratic rows: ``(mask (m_q, k_q), rows (P,), cols (P,))``
+        with ``Phi_q[rows, cols] = local gradient[mask]``."""
+        return _slots(self.quad_coords, 0)
 
     @cached_property
-    def angle_onehot(self) -> np.ndarray:
-        """(n_angles, n) rows selecting each angle coordinate."""
-        e = np.zeros((self.angle_coords.size, self.n))
-        e[np.arange(self.angle_coords.size), self.angle_coords] = 1.0
-        return _freeze(e)
+    def _angle_slots(self) -> tuple:
+        """Non-padded point slots of the angle rows, as ``_quad_slots`` (rows counted from
+        0 for the first constraint row, i.e. offset by m_quadratic)."""
+        return _slots(self.angle_d_coords, self.m_quadratic)
+
+    @cached_property
+    def _quad_hessian_slots(self) -> tuple:
+        """Non-padded (i, j) slot pairs of the quadratic rows' local Hessians:
+        ``(mask (m_q, k_q, k_q), rows (P,), cols_i (P,), cols_j (P,))`` with
+        ``Phi_qq[rows, cols_i, cols_j] = quad_H[mask]``."""
+        c = self.quad_coords
+        mask = (c[:, :, None] >= 0) & (c[:, None, :] >= 0)
+        r, i, j = np.nonzero(mask)
+        return _freeze(mask, bool), _freeze(r, int), _freeze(c[r, i], int), _freeze(c[r, j], int)
+
+    @cached_property
+    def _quad_hessian_sum(self) -> tuple:
+        """The nonzero entries of the quadratic rows' Hessians grouped by (n, n) cell, for
+        sum_k lam_k H_k: ``(cells (U,), starts (U,), rows (P,), values (P,))``, entries
+        ``starts[u]:starts[u + 1]`` (of rows ``rows``) fall in flat cell ``cells[u] = i n + j``."""
+        mask, rows, ci, cj = self._quad_hessian_slots
+        h = self.quad_H[mask]
+        nz = np.flatnonzero(h)
+        flat = ci[nz] * self.n + cj[nz]
+        order = np.argsort(flat, kind="stable")
+        cells, starts = np.unique(flat[order], return_index=True)
+        return (_freeze(cells, int), _freeze(starts, int), _freeze(rows[nz][order], int),
+                _freeze(h[nz][order]))
 
     @cached_property
     def point_selection(self) -> np.ndarray:
@@ -131,7 +171,7 @@ class Mechanism:
     def point_positions(self, q) -> np.ndarray:
         """Positions of all points, shape (..., n_points, 2) [m]."""
         q = np.asarray(q, dtype=float)
-        return np.einsum("pkn,...n->...pk", self.point_selection, q) + self.point_fixed_xy
+        return np.where(self.point_coords >= 0, q[..., self.point_coords], self.point_fixed_xy)
 
     def constraints(self, q):
         """Phi(q), shape (..., m).  See :func:`mbfg.model.constraints.position_constraints`."""
@@ -207,6 +247,43 @@ def _distance_rows(spec: MechanismSpec):
     return rows
 
 
+def _constraint_points(spec: MechanismSpec, k: int) -> tuple:
+    """Points of user constraint ``k``: (point,) or (point, line point j, line point k)."""
+    con = spec.constraints[k]
+    if isinstance(con, FixedSliderSpec):
+        return (con.point,)
+    if isinstance(con, MobileSliderSpec):
+        return (con.point,) + tuple(con.line_points)
+    raise SchemaError(f"unknown constraint {con!r}",  # pragma: no cover - loader types only
+                      file=spec.source, path=f"constraints[{k}]")
+
+
+def _coordinate_table(point_coords: np.ndarray, row_points) -> np.ndarray:
+    """(rows, k) int table of the coordinates of each row's points (fixed points have none),
+    padded with -1; k is the widest row."""
+    coords = [list(dict.fromkeys(int(c) for p in pts for c in point_coords[p] if c >= 0))
+              for pts in row_points]
+    table = -np.ones((len(coords), max(map(len, coords), default=0)), dtype=int)
+    for r, c in enumerate(coords):
+        table[r, :len(c)] = c
+    return table
+
+
+def _local_affine(point_coords, fixed_xy, row_coords, p):
+    """(A (2, k), b (2,)) with ``r_p = A @ q[row_coords] + b`` [m], for a point whose
+    coordinates are among the row's ``row_coords`` (k,) (padded with -1)."""
+    A = (row_coords == point_coords[p][:, None]) & (row_coords >= 0)
+    return A.astype(float), fixed_xy[p]
+
+
+def _slots(coords: np.ndarray, row0: int) -> tuple:
+    """(mask, rows, cols) of the non-padded entries of a coordinate table (r, k); rows are
+    offset by ``row0``."""
+    mask = coords >= 0
+    r, _ = np.nonzero(mask)
+    return _freeze(mask, bool), _freeze(row0 + r, int), _freeze(coords[mask], int)
+
+
 def build_mechanism(spec: MechanismSpec, *, assemble: bool = True) -> Mechanism:
     """Build the numerical model of a mechanism description.
 
@@ -236,62 +313,62 @@ def build_mechanism(spec: MechanismSpec, *, assemble: bool = True) -> Mechanism:
         raise SchemaError("the mechanism has no coordinates (every point is fixed)",
                           file=spec.source, path="points")
 
-    def affine(p):
-        A = np.zeros((2, n))
-        if point_coords[p, 0] >= 0:
-            A[0, point_coords[p, 0]] = 1.0
-            A[1, point_coords[p, 1]] = 1.0
-        return A, fixed_xy[p].copy()
+    distances = _distance_rows(spec)
+    quad_coords = _coordinate_table(
+        point_coords, [(i, j) for i, j, _, _ in distances]
+        + [_constraint_points(spec, k) for k in range(len(spec.constraints))])
+    mq, kq = quad_coords.shape
+    H, g, c = np.zeros((mq, kq, kq)), np.zeros((mq, kq)), np.zeros(mq)
 
-    Hs, gs, cs, labels = [], [], [], []
-    for i, j, L, label in _distance_rows(spec):
-        Ai, bi = affine(i)
-        Aj, bj = affine(j)
+    def affine(row_coords, p):
+        return _local_affine(point_coords, fixed_xy, row_coords, p)
+
+    labels = []
+    for r, (i, j, L, label) in enumerate(distances):
+        Ai, bi = affine(quad_coords[r], i)
+        Aj, bj = affine(quad_coords[r], j)
         A, b = Ai - Aj, bi - bj
-        Hs.append(2.0 * A.T @ A)
-        gs.append(2.0 * A.T @ b)
-        cs.append(b @ b - L * L)
+        H[r] = 2.0 * A.T @ A
+        g[r] = 2.0 * A.T @ b
+        c[r] = b @ b - L * L
         labels.append(label)
     for k, con in enumerate(spec.constraints):
+        r = len(distances) + k
         if isinstance(con, FixedSliderSpec):
             a = np.asarray(con.line[0], float)
             u = np.asarray(con.line[1], float) - a
             normal = np.array([-u[1], u[0]]) / np.linalg.norm(u)
-            Ap, bp = affine(con.point)
-            Hs.append(np.zeros((n, n)))
-            gs.append(Ap.T @ normal)
-            cs.append(normal @ (bp - a))
+            Ap, bp = affine(quad_coords[r], con.point)
+            g[r] = Ap.T @ normal
+            c[r] = normal @ (bp - a)
             labels.append(f"constraint{k}:fixed_slider({con.point})")
-        elif isinstance(con, MobileSliderSpec):
+        else:  # MobileSliderSpec (_constraint_points rejected anything else)
             j, kk = con.line_points
-            Ai, bi = affine(con.point)
-            Aj, bj = affine(j)
-            Ak, bk = affine(kk)
+            Ai, bi = affine(quad_coords[r], con.point)
+            Aj, bj = affine(quad_coords[r], j)
+            Ak, bk = affine(quad_coords[r], kk)
             A1, b1 = Ak - Aj, bk - bj            # line direction
             A2, b2 = Ai - Aj, bi - bj            # point relative to line origin
             scale = 1.0 / np.hypot(pts[kk].x - pts[j].x, pts[kk].y - pts[j].y)
-            Hs.append(scale * (A1.T @ _CROSS @ A2 + A2.T @ _CROSS.T @ A1))
-            gs.append(scale * (A1.T @ _CROSS @ b2 + A2.T @ _CROSS.T @ b1))
-            cs.append(scale * (b1 @ _CROSS @ b2))
+            H[r] = scale * (A1.T @ _CROSS @ A2 + A2.T @ _CROSS.T @ A1)
+            g[r] = scale * (A1.T @ _CROSS @ b2 + A2.T @ _CROSS.T @ b1)
+            c[r] = scale * (b1 @ _CROSS @ b2)
             labels.append(f"constraint{k}:mobile_slider({con.point};{j},{kk})")
-        else:  # pragma: no cover - the loader only produces the types above
-            raise SchemaError(f"unknown constraint {con!r}", file=spec.source,
-                              path=f"constraints[{k}]")
-    angle_D = np.zeros((len(spec.relative_angles), 2, n))
+    angle_d_coords = _coordinate_table(point_coords, [ra.points for ra in spec.relative_angles])
+    angle_D = np.zeros((len(spec.relative_angles), 2, angle_d_coords.shape[1]))
     angle_d0 = np.zeros((len(spec.relative_angles), 2))
     for k, ra in enumerate(spec.relative_angles):
-        A0, b0 = affine(ra.points[0])
-        A1, b1 = affine(ra.points[1])
+        A0, b0 = affine(angle_d_coords[k], ra.points[0])
+        A1, b1 = affine(angle_d_coords[k], ra.points[1])
         angle_D[k] = A1 - A0
         angle_d0[k] = b1 - b0
         labels.append(f"relative_coordinates[{k}]:angle({ra.points[0]},{ra.points[1]})")
-    mq = len(cs)
     mech = Mechanism(
         spec=spec, n=n, coordinate_names=tuple(names),
         point_coords=_freeze(point_coords, int), point_fixed_xy=_freeze(fixed_xy),
-        angle_coords=_freeze(angle_coords, int),
-        quad_H=_freeze(np.array(Hs).reshape(mq, n, n)), quad_g=_freeze(np.array(gs).reshape(mq, n)),
-        quad_c=_freeze(np.array(cs).reshape(mq)), angle_D=_freeze(angle_D),
+        angle_coords=_freeze(angle_coords, int), quad_coords=_freeze(quad_coords, int),
+        quad_H=_freeze(H), quad_g=_freeze(g), quad_c=_freeze(c),
+        angle_d_coords=_freeze(angle_d_coords, int), angle_D=_freeze(angle_D),
         angle_d0=_freeze(angle_d0), gravity=_freeze(np.asarray(spec.gravity, float)),
         constraint_labels=tuple(labels),
     )

@@ -1,0 +1,169 @@
+"""Cost of the model against the number of bodies: N-link pendulum chains.
+
+Each chain hangs from the fixed point 0 and starts horizontal: body k joins points k and k + 1,
+length 1/N m, mass 1/N kg, I0 = mass length^2 / 3, so n = 2N coordinates and m = N distance
+constraints.  Each N runs in its own Python process (so memory peaks are separate) and reports:
+
+* load: ``mbfg.mechanism_from_yaml`` on the YAML text (parse, build, assemble q0, choose the
+  independent rows) [s], and the peak resident memory of the process after it [MB] (a
+  process with mbfg imported is the baseline, printed below the table);
+* one evaluation of Phi, Phi_q and sum_k lam_k Phi_qq,k at one state, and one
+  ``forward_dynamics`` call [ms] (fastest of a few repeats);
+* one step of the fixed-lag smoother (window 2, dt = 1 ms) [ms/step], while the run is
+  predicted to take at most ``--smoother-budget`` seconds (the previous N's run scaled by
+  the cube of the size ratio, dense linear algebra; larger chains are skipped).
+
+    python benchmarks/body_scaling.py [--max-n 400] [--sizes 10 50 100 200 400]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import machine_info  # noqa: E402
+
+SIZES = (10, 50, 100, 200, 400)
+REPEAT = 5
+"""Repeats of each kernel timing; the table shows the fastest."""
+SMOOTHER_STEPS = 5
+
+
+def chain_yaml(links: int) -> str:
+    """YAML text of a ``links``-body pendulum chain of total length 1 m (see module docstring)."""
+    length = 1.0 / links
+    lines = ["%YAML 1.2", "---", f"# {links}-link pendulum chain", "parameters:",
+             f"  L: {length!r}", f"  mass_link: {1.0 / links!r}", "points:",
+             "  - { x: 0, y: 0, fixed: true }"]
+    lines += [f"  - {{ x: {k}*L, y: 0 }}" for k in range(1, links + 1)]
+    lines.append("planar_bodies:")
+    for k in range(links):
+        lines += [f"  - points: [{k}, {k + 1}]", "    length: L", "    mass: mass_link",
+                  "    I0: (1/3)*mass*length^2", "    cog: [0.5*length, 0.0]"]
+    return "\n".join(lines) + "\n"
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far [MB] (Linux reports kB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def best_ms(run, repeat: int = REPEAT) -> float:
+    """Fastest of ``repeat`` calls of ``run()`` [ms]."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t0)
+    return 1e3 * best
+
+
+def measure(links: int, smoother: bool) -> dict:
+    """All measurements for one chain, in this process."""
+    import numpy as np
+
+    import mbfg
+    from mbfg.model import constraints as C
+    from mbfg.model.dynamics import forward_dynamics
+
+    text = chain_yaml(links)
+    base = peak_rss_mb()
+    t0 = time.perf_counter()
+    mech = mbfg.mechanism_from_yaml(text, source=f"chain{links}")
+    out = {"n": mech.n, "m": mech.m, "load_s": time.perf_counter() - t0,
+           "load_rss_mb": peak_rss_mb(), "base_rss_mb": base}
+    rng = np.random.default_rng(0)
+    q = mech.q0 + 1e-3 * rng.normal(size=mech.n)
+    qd = rng.normal(size=mech.n)
+    lam = rng.normal(size=mech.m)
+    out["phi_ms"] = best_ms(lambda: C.position_constraints(mech, q))
+    out["jac_ms"] = best_ms(lambda: C.constraint_jacobian(mech, q))
+    out["hws_ms"] = best_ms(lambda: C.hessian_weighted_sum(mech, q, lam))
+    out["fd_ms"] = best_ms(lambda: forward_dynamics(mech, q, qd), repeat=2)
+    if smoother:
+        try:
+            from mbfg.smoothing import simulate_smoother
+            dt = 1e-3
+            t0 = time.perf_counter()
+            simulate_smoother(mech, t_end=SMOOTHER_STEPS * dt, dt=dt, window=2)
+            out["smoother_s"] = time.perf_counter() - t0
+        except Exception as exc:  # the smoother is being rewritten: report, do not fail
+            out["smoother_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def run_child(links: int, smoother: bool) -> dict:
+    cmd = [sys.executable, __file__, "--child", str(links)]
+    if not smoother:
+        cmd.append("--no-smoother")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode < 0:
+        return {"error": f"killed by signal {-proc.returncode} (out of memory?)"}
+    if proc.returncode != 0:
+        return {"error": f"exit code {proc.returncode}: "
+                         f"{(proc.stderr.strip().splitlines() or [''])[-1][:120]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="numbers of links")
+    ap.add_argument("--max-n", type=int, default=None, help="skip chains with more links")
+    ap.add_argument("--smoother-budget", type=float, default=60.0,
+                    help="skip the smoother for chains predicted to take longer than this [s]")
+    ap.add_argument("--no-smoother", action="store_true", help="do not time the smoother")
+    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(measure(args.child, not args.no_smoother)))
+        return
+
+    sizes = [s for s in args.sizes if args.max_n is None or s <= args.max_n]
+    print(f"Machine: {machine_info()}\n")
+    print("N-link pendulum chains (n = 2N coordinates, m = N constraints), one process per N; "
+          f"kernel times are the fastest of {REPEAT} (forward dynamics: of 2); smoother: "
+          f"window 2, dt = 1 ms, {SMOOTHER_STEPS} steps including set-up.\n")
+    print("| N | n | m | load [s] | peak RSS after load [MB] | Φ [ms] | Φ_q [ms] | "
+          "Σ λ_k Φ_qq,k [ms] | forward dynamics [ms] | smoother [ms/step] | peak RSS [MB] |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    smoother = not args.no_smoother
+    notes, base, last = [], None, None  # last: (links, seconds) of the latest smoother run
+    for links in sizes:
+        predicted = 0.0 if last is None else last[1] * (links / last[0]) ** 3
+        timed = smoother and predicted <= args.smoother_budget
+        if smoother and not timed:
+            notes.append(f"smoother skipped from N = {links} on (predicted {predicted:.0f} s > "
+                         f"{args.smoother_budget:g} s)")
+            smoother = False
+        r = run_child(links, timed)
+        if "error" in r:
+            print(f"| {links} | {2 * links} | {links} | failed: {r['error']} | | | | | | | |",
+                  flush=True)
+            continue
+        base = r["base_rss_mb"]
+        if "smoother_s" in r:
+            sm = f"{1e3 * r['smoother_s'] / SMOOTHER_STEPS:.1f}"
+            last = (links, r["smoother_s"])
+        elif "smoother_error" in r:
+            sm = "failed (see note)"
+            notes.append(f"smoother failed at N = {links}: {r['smoother_error']}")
+            smoother = False
+        else:
+            sm = "skipped"
+        print(f"| {links} | {r['n']} | {r['m']} | {r['load_s']:.3f} | {r['load_rss_mb']:.0f} | "
+              f"{r['phi_ms']:.3f} | {r['jac_ms']:.3f} | {r['hws_ms']:.3f} | {r['fd_ms']:.1f} | "
+              f"{sm} | {r['peak_rss_mb']:.0f} |", flush=True)
+    if base is not None:
+        print(f"\nBaseline RSS of a process with mbfg imported: {base:.0f} MB.")
+    for note in notes:
+        print(f"- {note}")
+
+
+if __name__ == "__main__":
+    main()
