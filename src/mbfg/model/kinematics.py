@@ -13,6 +13,7 @@ import scipy.linalg
 
 from mbfg.errors import ConvergenceError, SolverError
 from mbfg.model import constraints as C
+from mbfg.model.scales import constraint_scales, coordinate_scales
 
 RANK_RTOL = 1e-9
 """Singular values below RANK_RTOL * sigma_max count as zero when computing ranks."""
@@ -52,22 +53,28 @@ def solve_position(mech, q_guess, *, fixed_indices=(), fixed_values=None, tol: f
     fixed_indices : sequence of int
         Coordinates held at ``fixed_values`` (finite-displacement problem).
     tol : float
-        Convergence when max |residual| <= tol.
+        Convergence when max_i |Phi_i| / scale_i <= tol: the distance to the constraint
+        manifold relative to the mechanism's length (``scale_i`` from
+        :func:`mbfg.model.scales.constraint_scales` at the guess), so the tolerance means the
+        same for a 10 mm linkage and a 10 m crane.
 
     Raises
     ------
     ConvergenceError
-        With the final residual when the tolerance is not met within ``max_iter`` iterations.
+        With the final (relative) residual when the tolerance is not met within ``max_iter``
+        iterations.
     """
     q = np.array(q_guess, dtype=float)
     idx = np.asarray(fixed_indices, dtype=int)
     if idx.size:
         q[idx] = np.asarray(fixed_values, dtype=float)
     free = np.setdiff1d(np.arange(mech.n), idx)
+    with np.errstate(all="ignore"):
+        scale = constraint_scales(mech, q)
     best = np.inf
     for it in range(max_iter + 1):
         phi = C.position_constraints(mech, q)
-        res = float(np.max(np.abs(phi))) if phi.size else 0.0
+        res = float(np.max(np.abs(phi) / scale)) if phi.size else 0.0
         if not np.isfinite(res):
             break
         best = min(best, res)
@@ -91,30 +98,33 @@ def choose_independent_coordinates(mech, q=None, prefer=None) -> tuple:
     """Choose ``dof`` coordinates that can serve as independent coordinates at ``q``.
 
     Greedy: walk through candidate coordinates (``prefer`` first, then relative angles, then
-    point coordinates) and keep one if it raises the rank of [Phi_q; B].  Returns a sorted
-    tuple of coordinate indices.
+    point coordinates) and keep one if it raises the rank of [Phi_q; B].  The test is made
+    against an orthonormal basis of the row space of Phi_q in the coordinates' own scales
+    (:func:`mbfg.model.scales.coordinate_scales`), extended by each kept coordinate: a
+    candidate raises the rank when its distance to that space exceeds ``RANK_RTOL``.  One QR
+    and O(n) small products, so the cost stays low for long chains.  Returns a sorted tuple
+    of coordinate indices.
     """
     q = mech.q0 if q is None else np.asarray(q, float)
     # the independent rows at q: off the constraint manifold the full Phi_q of a mechanism
     # with redundant constraints gains rank, but the mechanism's DOF does not change
     Jall = C.constraint_jacobian(mech, q)
-    J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1)
-    rank = J.shape[0]
-    dof = mech.n - rank
+    J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1) * coordinate_scales(mech)
+    dof = mech.n - J.shape[0]
+    basis = np.linalg.qr(J.T)[0] if J.shape[0] else np.zeros((mech.n, 0))
     order = list(prefer or []) + list(mech.angle_coords) + list(range(mech.n))
     chosen = []
-    rows = J
     for i in order:
         if len(chosen) == dof:
             break
         if i in chosen:
             continue
-        e = np.zeros((1, mech.n))
-        e[0, i] = 1.0
-        trial = np.vstack([rows, e])
-        if numerical_rank(trial) > rank + len(chosen):
+        u = -basis @ basis[i]
+        u[i] += 1.0  # e_i minus its projection onto the current space
+        dist = float(np.linalg.norm(u))
+        if dist > RANK_RTOL:
             chosen.append(int(i))
-            rows = trial
+            basis = np.column_stack([basis, u / dist])
     return tuple(sorted(chosen))
 
 

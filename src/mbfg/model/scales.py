@@ -44,20 +44,40 @@ class MechanismScales:
         return self.mass * self.length ** 2 / dt ** 2
 
 
+def characteristic_length(mech) -> float:
+    """ell [m]: the root mean square of the body lengths (1 without bodies)."""
+    bodies = mech.spec.bodies
+    return float(np.sqrt(np.mean([b.length ** 2 for b in bodies]))) if bodies else 1.0
+
+
+def coordinate_scales(mech) -> np.ndarray:
+    """(n,) scale of each coordinate: ell for point coordinates [m], 1 for angles [rad]."""
+    coords = np.full(mech.n, characteristic_length(mech))
+    coords[np.asarray(mech.angle_coords, int)] = 1.0
+    return coords
+
+
+def constraint_scales(mech, q, coordinates=None) -> np.ndarray:
+    """(m,) scale of each constraint row at q: ||Phi_q,i(q) diag(coordinates)||, so that
+    Phi_i / scale_i is a distance to the manifold relative to the coordinates' scales
+    (default :func:`coordinate_scales`).  A row whose gradient vanishes (a singular
+    configuration) gets the largest row's scale."""
+    c = coordinate_scales(mech) if coordinates is None else coordinates
+    rows = np.linalg.norm(C.constraint_jacobian(mech, q) * c, axis=-1)
+    return np.where(rows > 0.0, rows, np.max(rows, initial=1.0))
+
+
 def mechanism_scales(mech) -> MechanismScales:
     """The :class:`MechanismScales` of ``mech`` (computed from its bodies and ``q0``)."""
     bodies = mech.spec.bodies
-    length = float(np.sqrt(np.mean([b.length ** 2 for b in bodies]))) if bodies else 1.0
     mass = float(np.mean([b.mass for b in bodies])) if bodies else 1.0
-    coords = np.full(mech.n, length)
-    coords[np.asarray(mech.angle_coords, int)] = 1.0
-    J = C.constraint_jacobian(mech, mech.q0)
-    rows = np.linalg.norm(J * coords, axis=1)
-    # a row whose gradient vanishes at q0 (a singular start) still gets a finite scale
-    rows = np.where(rows > 0.0, rows, np.max(rows, initial=1.0))
+    coords = coordinate_scales(mech)
+    rows = constraint_scales(mech, mech.q0, coords)
     coords.setflags(write=False)
     rows.setflags(write=False)
-    return MechanismScales(length=length, mass=mass, coordinates=coords, constraints=rows)
+    return MechanismScales(length=characteristic_length(mech), mass=mass, coordinates=coords,
+                           constraints=rows)
 
 
-__all__ = ["MechanismScales", "mechanism_scales"]
+__all__ = ["MechanismScales", "mechanism_scales", "characteristic_length", "coordinate_scales",
+           "constraint_scales"]
