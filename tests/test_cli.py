@@ -179,3 +179,19 @@ def test_estimate_bad_readings_file(tmp_path, capsys):
     code, _, err = run(["estimate", str(MECHANISMS / "fourbar-review.yaml"), "--sensors",
                         str(sensors), "--readings", str(bad)], capsys)
     assert code == 2 and "r.txt:2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_failed_simulation_saves_what_it_computed(tmp_path, capsys, monkeypatch):
+    """A run that stops (here: one Gauss-Newton update allowed per 20 ms step) reports one
+    line, exits 2 and still writes the trajectory up to the failure."""
+    import mbfg.smoothing
+    real = mbfg.smoothing.simulate_smoother
+    monkeypatch.setattr(mbfg.smoothing, "simulate_smoother",
+                        lambda *a, **k: real(*a, **{**k, "max_iterations": 1}))
+    out = tmp_path / "partial.npz"
+    code, _, err = run(["simulate", str(MECHANISMS / "fourbar.yaml"), "--dt", "0.02",
+                        "--t-end", "1", "--out", str(out), "--quiet"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "saved in" in err
+    with np.load(out) as data:
+        assert 1 <= data["q"].shape[0] < 51

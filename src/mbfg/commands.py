@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbfg.errors import UsageError
+from mbfg.errors import MbfgError, UsageError
 
 
 def parse_coordinates(text: str, mech, option: str) -> tuple:
@@ -62,6 +62,12 @@ def cmd_simulate(args) -> int:
             from mbfg.simulation import simulate_batch
             res = simulate_batch(mech, t_end, dt, coords=args.coords, integrator=args.integrator,
                                  progress=bar)
+    except MbfgError as exc:
+        partial = getattr(exc, "partial", None)
+        if args.out and partial is not None:  # keep what was computed before the failure
+            exc.args = (f"{exc}; the trajectory up to t = {partial.t[-1]:.6g} s is saved in "
+                        f"{partial.save(args.out)}",)
+        raise
     finally:
         bar.close()
     st = res.stats

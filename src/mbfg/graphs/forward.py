@@ -99,6 +99,7 @@ class ForwardProblem:
         else:
             raise ValueError(f"coords must be 'dependent' or 'independent', got {coords!r}")
         self.forces = forces
+        self._window_cache: dict = {}
         c, s = sc.coordinates, sc.constraints
         # sigmas of each family: the scale of its residual (dimensionless after whitening)
         self._sig = dict(q=c, v=c / dt, a=c / dt ** 2, phi=s, phid=s / dt, phidd=s / dt ** 2)
@@ -160,8 +161,24 @@ class ForwardProblem:
         initial priors.  ``plan`` (len(steps) - 1, d + 1): how each link integrates
         (:meth:`link_plan`).  ``incoming``: the plan row of the link into row 0 when a
         marginal prior carries that link (a fixed-lag window); if it has an energy row, that
-        prior determines row 0's alpha, which then needs no prior of its own."""
+        prior determines row 0's alpha, which then needs no prior of its own.
+
+        The terms depend on the steps only through time-varying applied forces; otherwise the
+        terms of a short window are built once per plan and reused (a fixed-lag smoother asks
+        for the same window at every step)."""
         steps = np.asarray(steps, int)
+        if callable(self.forces) or steps.size > 64:
+            return self._window_terms(steps, plan, incoming)
+        key = (steps.size, None if plan is None else np.asarray(plan, int).tobytes(),
+               incoming is None or not incoming[-1])
+        terms = self._window_cache.get(key)
+        if terms is None:
+            if len(self._window_cache) >= 64:
+                self._window_cache.clear()
+            terms = self._window_cache[key] = self._window_terms(steps, plan, incoming)
+        return terms
+
+    def _window_terms(self, steps, plan, incoming) -> list:
         rows = np.arange(steps.size)
         lay, sig, mech = self.layout, self._sig, self.mech
         Q = self.applied_forces(steps)
