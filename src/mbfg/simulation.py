@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from mbfg.errors import LockupError, MbfgError
+from mbfg.errors import ConvergenceError, LockupError, MbfgError
 from mbfg.graphs.forward import ForwardProblem, ForwardSettings
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
@@ -71,27 +71,15 @@ def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "depen
     while start < N:
         stop = min(N, start + length)
         p = problem.layout.unpack(X[start])
-        q, v, a = explicit_guess(mech, p["q"], p["v"], dt, stop - start)
-        seg = problem
-        if problem.indices is not None:
-            part = partition_along(mech, q, problem.scales.coordinates, start=problem.indices)
-            seg = problem if tuple(part[0]) == problem.indices else problem.with_indices(part[0])
-            change = np.flatnonzero(np.any(part != part[0], axis=1))
-            if change.size:  # end the segment before its coordinates degrade
-                stop = start + max(1, int(change[0]) - 1)
-                q, v, a = q[:stop - start + 1], v[:stop - start + 1], a[:stop - start + 1]
-        seg_links = seg.link_plan(seg.pack(q, v, a)[1:], None if links is None else links[-1])
-        steps = np.arange(start, stop + 1)
         try:
-            Xs, st = optimize(seg.terms(steps, p["q"], p["v"], seg_links), seg.pack(q, v, a),
-                              seg.layout.keys(steps), step_scale=seg.step_scale,
-                              step_tolerance=seg.settings.step_tolerance,
-                              what=f"batch forward dynamics (steps {start}-{stop})")
-        except MbfgError as exc:
+            seg, stop, Xs, seg_links, st = _solve_segment(problem, p, start, stop, dt, links)
+        except (MbfgError, np.linalg.LinAlgError) as exc:
             iterations += getattr(exc, "iterations", 0)
             if stop - start > 1:  # the explicit estimate was too far off: a shorter segment
                 length, retries = max(1, (stop - start) // 4), retries + 1
                 continue
+            if not isinstance(exc, MbfgError):
+                exc = ConvergenceError(f"batch forward dynamics at step {start}: {exc}")
             raise failure(mech, first, X[:start + 1], dt, exc) from None
         if seg is not problem:
             problem = seg
@@ -108,6 +96,35 @@ def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "depen
                  retries=retries,
                  converged=True, seconds=time.perf_counter() - t0, steps=N)
     return trajectory_result(mech, first, X, dt, stats)
+
+
+def _solve_segment(problem, p, start, stop, dt, links):
+    """One batch segment from the state ``p`` (slot dict) of step ``start`` to ``stop``:
+    (problem, stop, step array, link plan, solver stats).  In independent coordinates the
+    segment may end earlier and use other coordinates (the returned problem).  Raises
+    ConvergenceError when the explicit estimate is unusable or Gauss-Newton fails."""
+    mech = problem.mech
+    with np.errstate(all="ignore"):
+        q, v, a = explicit_guess(mech, p["q"], p["v"], dt, stop - start)
+    if not (np.all(np.isfinite(q)) and np.all(np.isfinite(v)) and np.all(np.isfinite(a))):
+        raise ConvergenceError(f"batch forward dynamics (steps {start}-{stop}): the explicit "
+                               f"estimate diverged")
+    seg = problem
+    if problem.indices is not None:
+        part = partition_along(mech, q, problem.scales.coordinates, start=problem.indices)
+        seg = problem if tuple(part[0]) == problem.indices else problem.with_indices(part[0])
+        change = np.flatnonzero(np.any(part != part[0], axis=1))
+        if change.size:  # end the segment before its coordinates degrade
+            stop = start + max(1, int(change[0]) - 1)
+            q, v, a = q[:stop - start + 1], v[:stop - start + 1], a[:stop - start + 1]
+    plan = seg.link_plan(seg.pack(q, v, a)[1:], None if links is None else links[-1])
+    steps = np.arange(start, stop + 1)
+    with np.errstate(over="ignore", invalid="ignore"):  # a diverging trial step is rejected
+        Xs, st = optimize(seg.terms(steps, p["q"], p["v"], plan), seg.pack(q, v, a),
+                          seg.layout.keys(steps), step_scale=seg.step_scale,
+                          step_tolerance=seg.settings.step_tolerance,
+                          what=f"batch forward dynamics (steps {start}-{stop})")
+    return seg, stop, Xs, plan, st
 
 
 def _restore_indices(problem, X):
