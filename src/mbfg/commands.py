@@ -44,6 +44,20 @@ def _finish(result, args, plot) -> None:
         print(f"plot:      {plot(result, args.plot)}")
 
 
+def energy_report(mech, res) -> str:
+    """One line: the drift of the mechanical energy T + V over a forward-dynamics result,
+    absolute [J] and relative to the largest kinetic energy reached (the energy in play)."""
+    from mbfg.model.inertia import kinetic_energy, mechanical_energy
+
+    energy = mechanical_energy(mech, res.q, res.qd)
+    drift = energy - energy[0]
+    peak = float(np.max(kinetic_energy(mech, res.qd)))
+    worst = float(np.max(np.abs(drift)))
+    relative = f" ({worst / peak:.1e} of the peak kinetic energy)" if peak > 0 else ""
+    return (f"energy:    E(end) - E(0) = {drift[-1]:.3e} J, max |E - E(0)| = {worst:.3e} J"
+            + relative)
+
+
 def cmd_simulate(args) -> int:
     import mbfg
     from mbfg.progress import ProgressBar
@@ -80,6 +94,7 @@ def cmd_simulate(args) -> int:
           f"({1e3 * st.get('seconds', float('nan')) / max(steps, 1):.3f} ms/step), "
           f"{st.get('iterations', 0)} iterations")
     print(f"max |Phi|: {np.max(res.position_residual):.3e}")
+    print(energy_report(mech, res))
 
     from mbfg.plot import plot_simulation
     _finish(res, args, lambda r, p: plot_simulation(r, p, title=f"{args.mechanism}: forward dynamics"))

@@ -85,6 +85,11 @@ class ForwardProblem:
         Applied generalized forces [N, N m] (gravity is implicit).
     """
 
+    #: square and causal: a step's own rows and the link into it determine it, so a
+    #: fixed-lag smoother's exact marginal of a step that leaves the window is the link out
+    #: of it with that step held at its solution (:mod:`mbfg.solvers.smoother`)
+    causal = True
+
     def __init__(self, mech, settings: ForwardSettings, coords="dependent", indices=None,
                  forces=None):
         self.mech, self.settings, self.coords = mech, settings, coords

@@ -39,6 +39,8 @@ class UnaryLinear(BatchTerm):
 class BinaryLinear(BatchTerm):
     """``e_t = A0 x_{rows0[t]} + A1 x_{rows1[t]}`` (whitened, zero right-hand side)."""
 
+    arity = 2
+
     def __init__(self, rows0, rows1, A0, A1):
         self.rows0 = np.asarray(rows0, int)
         self.rows1 = np.asarray(rows1, int)

@@ -54,6 +54,8 @@ class IntegratorLinks(BatchTerm):
         their alpha must be held by a prior.
     """
 
+    arity = 2
+
     def __init__(self, layout, rows0, dt, scheme, slots, indices, scale, energy=None,
                  energy_rows=None):
         self.layout = layout

@@ -97,3 +97,9 @@ def potential_energy(mech, q) -> np.ndarray:
     masses = np.array([b.mass for b in mech.spec.bodies])
     rg = centres_of_mass(mech, q)
     return -np.einsum("b,...bk,k->...", masses, rg, mech.gravity)
+
+
+def mechanical_energy(mech, q, qd) -> np.ndarray:
+    """E = T + V [J], shape (...): conserved by the exact motion of a mechanism loaded by
+    gravity alone, so its drift over a simulation measures the integrator's energy error."""
+    return kinetic_energy(mech, qd) + potential_energy(mech, q)

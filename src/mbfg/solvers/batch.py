@@ -42,7 +42,10 @@ class BatchTerm:
     serves every factor) and ``e`` (T, r) the whitened
     residual, i.e. the factor ``||A delta + e||^2``.  :meth:`linearize` appends those factors to
     a ``GaussianFactorGraph`` and returns the error at ``X``; :meth:`error` returns
-    ``0.5 * sum ||whitened e||^2``."""
+    ``0.5 * sum ||whitened e||^2``.  ``arity``: how many rows each factor touches (1, or 2
+    for links between consecutive steps)."""
+
+    arity = 1
 
     def blocks(self, X):
         raise NotImplementedError
@@ -107,6 +110,15 @@ def step_converged(D, step_scale, step_tolerance) -> bool:
     return m * m <= step_tolerance
 
 
+def residual_floor(step_tolerance) -> float:
+    """The error 1/2 |r|^2 of whitened (dimensionless) residuals whose norm is
+    ``step_tolerance``: a square problem whose error is below it is solved to the accuracy
+    that :func:`step_converged` asks of the update, whatever the step does (near a singular
+    linearization the Newton step can stay finite along a direction the residuals do not
+    see).  0 when ``step_tolerance`` is None."""
+    return 0.0 if step_tolerance is None else 0.5 * float(step_tolerance) ** 2
+
+
 def total_error(terms, X) -> float:
     return float(sum(t.error(X) for t in terms))
 
@@ -132,7 +144,7 @@ def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: fl
 
     ``step_scale`` (dim,) and ``step_tolerance``: also converged when an accepted undamped
     step passes :func:`step_converged` (the unit-free test for square problems, whose error
-    falls to rounding level).  Returns ``(X, stats)``.  Undamped Gauss-Newton steps are tried first.  A step that raises
+    falls to rounding level), or when the error is below :func:`residual_floor`.  Returns ``(X, stats)``.  Undamped Gauss-Newton steps are tried first.  A step that raises
     the error is still taken up to ``watchdog`` times in a row (tight constraint factors make
     the first step from a rough initial estimate overshoot, and the next one lands near the
     optimum); if that does not produce a new best error, the best point is restored and
@@ -145,6 +157,7 @@ def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: fl
     # beyond one step) and ~20 % faster than gtsam's default COLAMD + multifrontal tree
     ordering = gtsam.Ordering(keys)
     dim = X.shape[1]
+    absolute_tolerance = max(absolute_tolerance, residual_floor(step_tolerance))
     err = total_error(terms, X)
     stats = SolverStats(initial_error=err)
     lam = 0.0

@@ -54,7 +54,42 @@ import numpy as np
 
 from mbfg.errors import ConvergenceError, MbfgError
 from mbfg.graphs.linear_blocks import UnaryLinear
-from mbfg.solvers.batch import add_blocks, block, optimize, step_converged
+from mbfg.solvers.batch import (BatchTerm, add_blocks, block, optimize, residual_floor,
+                                step_converged)
+
+
+class HeldPredecessor(BatchTerm):
+    """The factors linking a step that left the window, held at its solution ``x_prev``, to
+    window row 0: the exact marginal of that step in a causal square problem (its own rows and
+    its incoming link already determine it, so nothing after it can move it).  Unlike a
+    Gaussian marginal from QR it stays nonlinear and keeps its full rank however weakly the
+    past determines a direction of row 0.
+
+    ``links``: terms over the two rows (x_prev, row 0), each with two Jacobian blocks.
+    ``T`` (dim, dim), optional: row 0 in the links' packing is ``T x`` (after a switch of
+    independent coordinates)."""
+
+    def __init__(self, links, x_prev, T=None):
+        self.links, self.x_prev, self.T = links, np.asarray(x_prev, float), T
+
+    def _pair(self, X):
+        x0 = X[0] if self.T is None else self.T @ X[0]
+        return np.vstack([self.x_prev, x0])
+
+    def blocks(self, X):
+        out = [t.blocks(self._pair(X)) for t in self.links]
+        A1 = np.concatenate([A[1] for _, A, _ in out], axis=1)
+        if self.T is not None:
+            A1 = A1 @ self.T
+        e = np.concatenate([e for _, _, e in out], axis=1)
+        return np.zeros((1, 1), int), [A1], e
+
+    def error(self, X) -> float:
+        return float(sum(t.error(self._pair(X)) for t in self.links))
+
+    def remapped(self, T) -> "HeldPredecessor":
+        """The same factor for row 0 packed as ``x_old = T x_new``."""
+        return HeldPredecessor(self.links, self.x_prev, T if self.T is None else self.T @ T)
 
 
 def prediction_matrix(problem) -> np.ndarray:
@@ -265,6 +300,12 @@ class FixedLagSmoother:
         Gaussian prior on row 1.  ``W``: the window with the new step appended (with a window
         of one step, the link to it is linearized here, at the new step's prediction)."""
         d = self.dim
+        if getattr(self.problem, "causal", False):
+            plan = np.array(self.links[:1]) if self.links else None
+            terms = self.problem.window_terms([self.first, self.first + 1], plan,
+                                              incoming=self._incoming)
+            self.prior = [HeldPredecessor([t for t in terms if t.arity == 2], W[0])]
+            return
         W_lin, blocks = self._lin
         if W_lin.shape[0] < 2:
             W_lin = np.vstack([W_lin[0], W[1]])
@@ -302,6 +343,9 @@ class FixedLagSmoother:
         while True:
             g, err, blocks = self._linearize(W, terms, keys)
             lin = (W, blocks)
+            if err <= residual_floor(self.step_tolerance):
+                converged = True  # every whitened residual is at rounding level already
+                break
             if not err <= prev_err * (1.0 + 1e-9):  # the last step raised the error
                 W, err, it, lin = self._fallback(W_prev, terms, keys, steps, it)
                 converged = True
@@ -344,7 +388,8 @@ class FixedLagSmoother:
         T = np.eye(self.dim)
         for zs, xs in (("z", "q"), ("zd", "v"), ("zdd", "a")):
             T[lay.slice(zs)] = lay.selector(xs)[old]
-        self.prior = [UnaryLinear(t.rows, t.A @ T, t.b) for t in self.prior]
+        self.prior = [t.remapped(T) if isinstance(t, HeldPredecessor)
+                      else UnaryLinear(t.rows, t.A @ T, t.b) for t in self.prior]
         W = self.W.copy()
         for zs, xs in (("z", "q"), ("zd", "v"), ("zdd", "a")):
             W[:, lay.slice(zs)] = W[:, lay.slice(xs)][:, list(best)]
