@@ -15,13 +15,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mbfg  # noqa: E402
+from mbfg.resources import reference_path  # noqa: E402
 from _machine import machine_info  # noqa: E402
 from mbfg.inverse import solve_inverse_dynamics  # noqa: E402
 from mbfg.io import read_table, read_trajectory  # noqa: E402
 from mbfg.trajectories import l_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-GT = ROOT.parent / "shared" / "reference-data" / "ground-truth"
+GT = reference_path("README.md").parent / "ground-truth"
 
 
 REPEAT = 3

@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mbfg  # noqa: E402
+from mbfg.resources import reference_path  # noqa: E402
 from mbfg import plot  # noqa: E402
 from mbfg.inverse import solve_inverse_dynamics  # noqa: E402
 from mbfg.io import read_trajectory  # noqa: E402
@@ -35,7 +36,7 @@ from mbfg.model import kinematics as K  # noqa: E402
 from mbfg.trajectories import l_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MBFG_SHARED", ROOT.parent / "shared")) / "reference-data" / "ground-truth"
+SHARED = reference_path("README.md").parent / "ground-truth"  # reference data shipped with mbfg
 FIGURES = Path(os.environ.get("MBFG_FIGURES", ROOT / "docs" / "figures"))
 FIGURES.mkdir(parents=True, exist_ok=True)
 QUICK = os.environ.get("MBFG_QUICK") == "1"

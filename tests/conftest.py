@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import functools
-import os
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from mbfg.resources import bundled_mechanisms, reference_path
 from mbfg.testing import random_assembled_state
 
 import matplotlib
@@ -16,9 +16,9 @@ import matplotlib
 matplotlib.use("Agg")
 
 REPO = Path(__file__).resolve().parents[1]
-MECHANISMS = REPO / "mechanisms"
-SHARED = Path(os.environ.get("MBFG_SHARED", REPO.parent / "shared"))
-REFERENCE_DATA = SHARED / "reference-data"
+# the mechanisms and reference data of the package under test (the installed one in CI)
+MECHANISMS = bundled_mechanisms()["fourbar"].parent
+REFERENCE_DATA = reference_path("README.md").parent
 
 # Mechanisms used by the parametrized Jacobian suites (issue 2 and 3).
 FD_MECHANISMS = ["fourbar", "fourbar-crank-angle", "pendulum2", "pendulum3", "slider-crank",
@@ -57,7 +57,5 @@ def rng():
 
 
 def reference_file(*parts) -> Path:
-    path = REFERENCE_DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"reference data not found: {path}")
-    return path
+    """A reference-data file of the package (fails, never skips, when it is missing)."""
+    return reference_path(*parts)

@@ -17,7 +17,7 @@ from matplotlib.text import Annotation  # noqa: E402
 import mbfg  # noqa: E402
 from mbfg import plot as mplot  # noqa: E402
 
-MECHANISMS = Path(__file__).resolve().parents[1] / "mechanisms"
+from conftest import MECHANISMS  # noqa: E402
 
 
 @lru_cache(maxsize=None)

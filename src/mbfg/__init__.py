@@ -3,7 +3,7 @@
 Quick start::
 
     import mbfg
-    mech = mbfg.load_mechanism("mechanisms/fourbar.yaml")
+    mech = mbfg.load_mechanism("fourbar")   # a bundled mechanism, or a path to your YAML
     mech.coordinate_names, mech.q0, mech.constraints(mech.q0), mech.mass_matrix()
 """
 from __future__ import annotations
@@ -16,12 +16,14 @@ __version__ = "0.1.0"
 
 
 def load_mechanism(path) -> Mechanism:
-    """Read a mechanism YAML file and build its assembled model.
+    """Read a mechanism YAML file, or a bundled mechanism by name (``"fourbar"``; see
+    :func:`mbfg.resources.bundled_mechanisms`), and build its assembled model.
 
     Raises a subclass of :class:`mbfg.errors.MechanismError` naming the file, YAML path and
     line for any invalid input."""
     from mbfg.loader import load_spec
-    return _build(load_spec(path))
+    from mbfg.resources import resolve_mechanism
+    return _build(load_spec(resolve_mechanism(path)))
 
 
 def mechanism_from_yaml(text: str, source: str | None = None) -> Mechanism:

@@ -44,6 +44,18 @@ def _cmd_check(args) -> int:
     return 0
 
 
+def _cmd_mechanisms(args) -> int:
+    """List the bundled mechanisms (usable by name: ``mbfg simulate fourbar``)."""
+    import mbfg
+    from mbfg.resources import bundled_mechanisms
+
+    for name, path in bundled_mechanisms().items():
+        mech = mbfg.load_mechanism(path)
+        print(f"{name:24s} n = {mech.n:2d}, DOF = {mech.dof}, {len(mech.spec.bodies)} bodies"
+              + (f"   {path}" if args.paths else ""))
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with usage errors as one line on stderr and exit code 2."""
 
@@ -58,13 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"mbfg {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("check", help="load a mechanism and print its model summary")
-    c.add_argument("mechanism", help="mechanism YAML file")
+    c.add_argument("mechanism", help=MECHANISM_HELP)
     c.set_defaults(func=_cmd_check)
+    c = sub.add_parser("mechanisms", help="list the bundled mechanisms")
+    c.add_argument("--paths", action="store_true", help="also print where each file is")
+    c.set_defaults(func=_cmd_mechanisms)
     commands.register(sub)
     for register in _EXTRA_COMMANDS:
         register(sub)
     return p
 
+
+MECHANISM_HELP = "mechanism YAML file, or the name of a bundled one (see: mbfg mechanisms)"
 
 _EXTRA_COMMANDS: list = []
 """Functions ``register(subparsers)`` that add more sub-commands (simulate, inverse, ...)."""

@@ -248,8 +248,10 @@ def _add_output_options(p, plot: bool = True, out_help="save the result (.npz or
 
 
 def register(sub) -> None:
+    from mbfg.cli import MECHANISM_HELP
+
     s = sub.add_parser("simulate", help="forward dynamics from the YAML configuration at rest")
-    s.add_argument("mechanism", help="mechanism YAML file")
+    s.add_argument("mechanism", help=MECHANISM_HELP)
     s.add_argument("--t-end", type=float, default=5.0, help="duration [s] (default 5)")
     s.add_argument("--dt", type=float, default=1e-3, help="time step [s] (default 0.001)")
     s.add_argument("--solver", choices=["smoother", "batch"], default="smoother")
@@ -259,7 +261,7 @@ def register(sub) -> None:
     s.set_defaults(func=cmd_simulate)
 
     i = sub.add_parser("inverse", help="inverse dynamics: forces for a prescribed motion")
-    i.add_argument("mechanism", help="mechanism YAML file")
+    i.add_argument("mechanism", help=MECHANISM_HELP)
     i.add_argument("--trajectory", help="rows 't value...' of the imposed coordinates "
                    "(blank or comma separated, %%/# comments)")
     i.add_argument("--point-path", help="rows 't x y' of a point's desired path (solved by "
@@ -273,7 +275,7 @@ def register(sub) -> None:
     i.set_defaults(func=cmd_inverse)
 
     y = sub.add_parser("synthesize", help="simulate a mechanism and write noisy sensor readings")
-    y.add_argument("mechanism", help="mechanism YAML file (the true 'prototype')")
+    y.add_argument("mechanism", help=MECHANISM_HELP + " (the true prototype)")
     y.add_argument("--sensors", required=True, help="sensors YAML file (docs/sensors.md)")
     y.add_argument("--t-end", type=float, default=10.0, help="duration [s] (default 10)")
     y.add_argument("--dt", type=float, default=5e-3, help="time step [s] (default 0.005)")
@@ -283,7 +285,7 @@ def register(sub) -> None:
     y.set_defaults(func=cmd_synthesize)
 
     e = sub.add_parser("estimate", help="estimate the state from noisy sensor readings")
-    e.add_argument("mechanism", help="mechanism YAML file (the estimator's model)")
+    e.add_argument("mechanism", help=MECHANISM_HELP + " (the estimator's model)")
     e.add_argument("--sensors", required=True, help="sensors YAML file (docs/sensors.md)")
     e.add_argument("--readings", required=True, help="rows 't value...' (nan = no reading), "
                    "as written by 'mbfg synthesize'")

@@ -2,7 +2,7 @@
 
 Text tables have one row per time step, ``t value ...``, separated by blanks or commas;
 lines starting with ``%`` or ``#`` (and blank lines) are comments.  This is the format of the
-files in ``shared/reference-data/ground-truth/``.
+files in the reference data shipped with the package (``mbfg/data/reference/ground-truth/``).
 """
 from __future__ import annotations
 

@@ -94,19 +94,17 @@ def load_estimators() -> dict:
     return ESTIMATORS
 
 
-def _root(root):
-    return Path(root) if root is not None else Path(__file__).resolve().parents[3]
-
-
 def review_fourbar(root=None):
     """(prototype, model, model_q0): the review's four-bar (``mechanisms/fourbar-review.yaml``
-    under ``root``, default the repository) and the estimator's model, whose gravity is
+    under ``root``, default the bundled ``fourbar-review``) and the estimator's model, whose gravity is
     -8.81 m/s^2 and whose initial crank angle is pi/3 + pi/16 (assembled; the model
     mechanism's ``q0`` is that configuration too)."""
     import mbfg
     from mbfg.loader import load_spec
     from mbfg.model import kinematics as K
-    spec = load_spec(_root(root) / "mechanisms" / "fourbar-review.yaml")
+    from mbfg.resources import mechanism_path
+    spec = load_spec(mechanism_path("fourbar-review") if root is None
+                     else Path(root) / "mechanisms" / "fourbar-review.yaml")
     proto = mbfg.build_mechanism(spec)
     model = mbfg.build_mechanism(dataclasses.replace(spec, gravity=(0.0, MODEL_GRAVITY)))
     k = model.coordinate_index(CRANK)

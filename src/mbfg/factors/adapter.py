@@ -2,7 +2,7 @@
 
 gtsam's Python ``CustomFactor`` trusts its callback: a Jacobian with the wrong number of rows
 (or an unassigned one) crashes the interpreter, a wrong number of columns silently corrupts
-the linear system (``../shared/notes/gtsam-python-facts.md`` sect. 3).  Every nonlinear mbfg
+the linear system (measured in docs/benchmarks.md, "Factor linearization").  Every nonlinear mbfg
 factor therefore goes through :func:`custom_factor`, which checks the error vector and each
 Jacobian (shape, dtype, finiteness) before handing them to gtsam and raises
 :class:`~mbfg.errors.FactorJacobianError` naming the factor, the key and the expected shape.

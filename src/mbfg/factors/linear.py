@@ -5,7 +5,7 @@ A linear factor ``||sum_i A_i x_i - b||^2_Sigma`` becomes a ``JacobianFactor`` (
 unit noise) inside a ``LinearContainerFactor`` whose linearization point is zero for every key,
 so in a nonlinear graph its error at ``x`` is exactly the affine residual at ``x`` and its
 linearization is the same factor with ``b - A x``.  Linearizing one costs a few microseconds
-instead of ~40 for a CustomFactor (``../shared/notes/gtsam-python-facts.md`` sect. 2).
+instead of ~40 for a CustomFactor (measured in docs/benchmarks.md, "Factor linearization").
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Batch Gauss-Newton / Levenberg-Marquardt loop whose cost is linear in the trajectory length.
 
 gtsam's C++ optimizers copy the whole ``Values`` into every Python ``CustomFactor`` call,
-making each iteration O(factors x variables) (shared/notes/gtsam-python-facts.md, fact 1).
+making each iteration O(factors x variables) (measured in docs/benchmarks.md).
 This loop keeps the estimate as a numpy array ``X`` (one row per step vector, see
 :mod:`mbfg.graphs.layout`) and hands gtsam only native Gaussian factors:
 
