@@ -26,7 +26,7 @@ def bundled_mechanisms() -> dict[str, Path]:
     """Name -> path of every bundled mechanism YAML (``fourbar`` -> ``.../fourbar.yaml``),
     sorted by name."""
     folder = _folder("mechanisms")
-    return {Path(f.name).stem: Path(str(f)) for f in sorted(folder.iterdir(), key=lambda f: f.name)
+    return {Path(f.name).stem: Path(str(f)) for f in sorted(folder.iterdir(), key=lambda f: Path(f.name).stem)
             if f.name.endswith(".yaml")}
 
 
