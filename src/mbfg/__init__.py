@@ -15,15 +15,23 @@ from mbfg.model import Mechanism, build_mechanism
 __version__ = "0.1.0"
 
 
-def load_mechanism(path) -> Mechanism:
+def load_mechanism(path, overrides: dict | None = None) -> Mechanism:
     """Read a mechanism YAML file, or a bundled mechanism by name (``"fourbar"``; see
     :func:`mbfg.resources.bundled_mechanisms`), and build its assembled model.
+
+    ``overrides``: physical values replaced by YAML path before the model is built, e.g.
+    ``{"planar_bodies[1].mass": 2.5, "gravity": (0, -9.8)}``
+    (:func:`mbfg.model.parameters.apply_overrides`).
 
     Raises a subclass of :class:`mbfg.errors.MechanismError` naming the file, YAML path and
     line for any invalid input."""
     from mbfg.loader import load_spec
     from mbfg.resources import resolve_mechanism
-    return _build(load_spec(resolve_mechanism(path)))
+    spec = load_spec(resolve_mechanism(path))
+    if overrides:
+        from mbfg.model.parameters import apply_overrides
+        spec = apply_overrides(spec, overrides)
+    return _build(spec)
 
 
 def mechanism_from_yaml(text: str, source: str | None = None) -> Mechanism:

@@ -197,6 +197,12 @@ class Mechanism:
         M, Qg = assemble_mass_matrix_and_gravity(self)
         return _freeze(M), _freeze(Qg)
 
+    def with_parameters(self, pi=None, **by_name) -> "Mechanism":
+        """The same mechanism with other physical parameters; see
+        :func:`mbfg.model.parameters.with_parameters`."""
+        from mbfg.model.parameters import with_parameters
+        return with_parameters(self, pi, **by_name)
+
     @property
     def total_mass(self) -> float:
         return float(sum(b.mass for b in self.spec.bodies))
