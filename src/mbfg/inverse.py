@@ -162,3 +162,8 @@ def solve_inverse_dynamics(mech, t, desired, imposed, actuated=None, *, coords: 
     stats["steps"] = int(t.size)
     res.stats = stats
     return res
+
+
+__all__ = [
+    "positions_by_continuation", "solve_inverse_dynamics"
+]

@@ -176,3 +176,9 @@ def plot_inverse(result, path=None, imposed=(), actuated=(), desired=None, title
     fig.suptitle(title)
     fig.tight_layout()
     return save(fig, path) if path else fig
+
+
+__all__ = [
+    "save", "plot_trajectories", "plot_constraint_residual", "plot_force_comparison",
+    "point_positions", "draw_mechanism", "animate", "plot_simulation", "plot_inverse"
+]

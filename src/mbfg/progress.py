@@ -40,3 +40,8 @@ class ProgressBar:
         if self.enabled and self._drawn:
             self.stream.write("\n")
             self.stream.flush()
+
+
+__all__ = [
+    "ProgressBar"
+]

@@ -64,3 +64,8 @@ class TrajectoryResult:
             for row in data:
                 w.writerow([f"{v:.17g}" for v in row])
         return path
+
+
+__all__ = [
+    "TrajectoryResult"
+]

@@ -212,3 +212,8 @@ def trajectory_result(mech, problem, X, dt, stats, forces=None) -> TrajectoryRes
         res.indices = problem.indices
         res.z, res.zd, res.zdd = p["z"], p["zd"], p["zdd"]
     return res
+
+
+__all__ = [
+    "make_problem", "simulate_batch", "failure", "explicit_guess", "trajectory_result"
+]

@@ -676,3 +676,9 @@ def _draw(family: str, seed: int) -> _Sketch:
         if _acceptable(sk, FAMILY_DOF[family]):
             return sk
     raise RuntimeError(f"no acceptable {family} mechanism in {_MAX_DRAWS} draws of seed {seed}")
+
+
+__all__ = [
+    "numerical_jacobian", "jacobian_error", "check_jacobian", "random_assembled_state",
+    "GeneratedMechanism", "random_mechanism", "random_mechanisms"
+]

@@ -31,3 +31,8 @@ def l_path(t, *, start=(-0.5, -5.0), corner=(-0.5, -4.0), end=(0.5, -4.0), t_cor
     # the acceleration is discontinuous at the ends of each leg (the cubic's jerk is infinite):
     # at t = t_corner, both legs are at rest; report the first leg's value there
     return xy, xyd, xydd
+
+
+__all__ = [
+    "rest_to_rest", "l_path"
+]

@@ -50,3 +50,8 @@ class EstimationResult:
         arrays["name"] = np.array(self.name)
         np.savez(path, **arrays)
         return path
+
+
+__all__ = [
+    "EstimationResult"
+]

@@ -128,3 +128,8 @@ class MultibodyFactor(gtsam.CustomFactor):
 def custom_factor(spec: FactorSpec, sigmas) -> MultibodyFactor:
     """Wrap a :class:`FactorSpec` in a checked CustomFactor with diagonal noise ``sigmas``."""
     return MultibodyFactor(spec, sigmas)
+
+
+__all__ = [
+    "noise_model", "FactorSpec", "MultibodyFactor", "custom_factor"
+]

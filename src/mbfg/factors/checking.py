@@ -80,3 +80,8 @@ def _check_linear(factor, values, keys, dims, A, b, rng):
                                  f"{actual:.12g} != quadratic model {predicted:.12g}")
         worst = max(worst, err)
     return worst
+
+
+__all__ = [
+    "check_factor_jacobians"
+]

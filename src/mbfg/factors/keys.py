@@ -77,3 +77,8 @@ def key_name(key_: int) -> str:
 def key_step(key_: int) -> int:
     """Time-step index of a key."""
     return int(gtsam.Symbol(int(key_)).index())
+
+
+__all__ = [
+    "key", "q", "v", "a", "Q", "z", "zd", "zdd", "key_name", "key_step"
+]

@@ -78,3 +78,9 @@ def equality_factor(x_k, x_next, dim: int, sigmas):
     branch in independent-coordinate graphs, Sect. 5.2)."""
     I = np.eye(dim)
     return linear_factor([x_k, x_next], [-I, I], np.zeros(dim), sigmas)
+
+
+__all__ = [
+    "linear_factor", "prior_factor", "euler_integrator_factor",
+    "trapezoidal_integrator_factor", "equality_factor"
+]

@@ -139,3 +139,12 @@ def independent_inverse_dynamics_factor(mech, q_key, v_key, zdd_key, Q_key, indi
                             baumgarte=baumgarte)
     spec = FactorSpec("f_idyn^i", f, [q_key, v_key, zdd_key, Q_key], [mech.n, mech.n, d, mech.n], d)
     return custom_factor(spec, sigma)
+
+
+__all__ = [
+    "position_constraint_factor", "velocity_constraint_factor",
+    "acceleration_constraint_factor", "forward_dynamics_factor", "inverse_dynamics_factor",
+    "inverse_dynamics_factors", "unactuated_force_prior", "independent_position_factor",
+    "independent_velocity_factor", "independent_acceleration_factor",
+    "independent_forward_dynamics_factor", "independent_inverse_dynamics_factor"
+]

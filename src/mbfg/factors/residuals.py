@@ -165,3 +165,10 @@ def independent_acceleration_residual(mech, indices):
     (The paper's Eq. 32a prints Phi_qq a in the first row; the acceleration constraint is
     Phi_q a, as its own Jacobian 32d shows.)"""
     return _with_selection(mech, acceleration_constraints_residual(mech), "a", "zdd", indices)
+
+
+__all__ = [
+    "position_constraints_residual", "velocity_constraints_residual",
+    "acceleration_constraints_residual", "dynamics_residual", "independent_position_residual",
+    "independent_velocity_residual", "independent_acceleration_residual"
+]

@@ -394,3 +394,8 @@ class LeastSquaresProblem:
 
     pack = ForwardProblem.pack
     best_indices = ForwardProblem.best_indices
+
+
+__all__ = [
+    "ForwardSettings", "ForwardProblem", "LeastSquaresSettings", "LeastSquaresProblem"
+]

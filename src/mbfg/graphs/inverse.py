@@ -129,3 +129,8 @@ class InverseProblem:
                                     sigma_equality=s.sigma_equality))
         out.append(T.StackedTerm(lay, rows, fams))
         return lay, out
+
+
+__all__ = [
+    "InverseSettings", "InverseProblem"
+]

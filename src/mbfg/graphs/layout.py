@@ -91,3 +91,8 @@ def independent_layout(n: int, d: int, with_forces: bool = False) -> StepLayout:
     slots = ((("q", n), ("v", n), ("a", n), ("z", d), ("zd", d), ("zdd", d))
              + ((("Q", n),) if with_forces else ()))
     return StepLayout(slots)
+
+
+__all__ = [
+    "StepLayout", "dependent_layout", "independent_layout"
+]

@@ -104,3 +104,8 @@ def selections(layout, rows, pairs, indices, sigma) -> UnaryLinear:
     idx = np.asarray(indices, int)
     A = np.vstack([layout.selector(xs)[idx] - layout.selector(zs) for xs, zs in pairs])
     return UnaryLinear(rows, _weights(sigma, A.shape[0])[:, None] * A, np.zeros(A.shape[0]))
+
+
+__all__ = [
+    "UnaryLinear", "BinaryLinear", "prior", "step_links", "selections"
+]

@@ -131,3 +131,8 @@ class IntegratorLinks(BatchTerm):
     def error(self, X) -> float:
         e = self._linearization(X, jacobians=False)[0] * self.weights
         return 0.5 * float(np.sum(e * e))
+
+
+__all__ = [
+    "IntegratorLinks"
+]

@@ -72,3 +72,8 @@ class StackedTerm(BatchTerm):
 from mbfg.factors.residuals import (acceleration_constraints_residual,  # noqa: E402,F401
                                     dynamics_residual, position_constraints_residual,
                                     velocity_constraints_residual)
+
+
+__all__ = [
+    "StackedTerm"
+]

@@ -270,3 +270,10 @@ def take_rows(a, rows, trailing: int = 0):
     a = np.broadcast_to(a, shape + a.shape[-1 - trailing:])
     idx = np.broadcast_to(idx, shape + idx.shape[-1 - trailing:])
     return np.take_along_axis(a, idx, axis=-1 - trailing)
+
+
+__all__ = [
+    "position_constraints", "constraint_jacobian", "hessian_times", "constraint_jacobian_dot",
+    "constraint_hessian", "hessian_weighted_sum", "velocity_constraints", "acceleration_bias",
+    "acceleration_bias_jacobian", "acceleration_constraints", "independent_rows", "take_rows"
+]

@@ -210,3 +210,9 @@ def inverse_dynamics(mech, q, qd, qdd, actuated) -> np.ndarray:
     Q = np.zeros(q.shape[:-1] + (mech.n,))
     Q[..., idx] = x[..., J.shape[-2]:]
     return Q
+
+
+__all__ = [
+    "Baumgarte", "DynamicsJacobians", "forward_dynamics", "forward_dynamics_jacobians",
+    "independent_dynamics", "independent_dynamics_jacobians", "inverse_dynamics"
+]

@@ -103,3 +103,10 @@ def mechanical_energy(mech, q, qd) -> np.ndarray:
     """E = T + V [J], shape (...): conserved by the exact motion of a mechanism loaded by
     gravity alone, so its drift over a simulation measures the integrator's energy error."""
     return kinetic_energy(mech, qd) + potential_energy(mech, q)
+
+
+__all__ = [
+    "body_mass_matrix", "body_point_map", "body_gravity_forces",
+    "assemble_mass_matrix_and_gravity", "centres_of_mass", "kinetic_energy",
+    "potential_energy", "mechanical_energy"
+]

@@ -175,3 +175,8 @@ def integrate_trapezoidal(mech, t_end: float, dt: float, *, q0=None, qd0=None, f
         q, v, a = q1, v1, jac.qdd
         Q_out[k + 1], V_out[k + 1], A_out[k + 1] = q, v, a
     return ReferenceTrajectory(t=ts, q=Q_out, qd=V_out, qdd=A_out)
+
+
+__all__ = [
+    "ReferenceTrajectory", "integrate_reference", "integrate_trapezoidal"
+]

@@ -271,3 +271,13 @@ def project_velocities_batch(mech, q, v) -> np.ndarray:
     J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1)
     y = np.linalg.solve(J @ np.swapaxes(J, 1, 2), (J @ np.asarray(v, float)[..., None]))
     return v - (np.swapaxes(J, 1, 2) @ y)[..., 0]
+
+
+__all__ = [
+    "numerical_rank", "independent_constraint_rows", "solve_position",
+    "solve_finite_displacement", "choose_independent_coordinates", "selection_matrix",
+    "check_independent_coordinates", "velocity_transform", "null_space_basis",
+    "solve_velocity", "acceleration_rhs", "solve_acceleration", "project_velocity",
+    "point_coordinate_indices", "inverse_kinematics_point_path", "project_positions_batch",
+    "project_velocities_batch"
+]

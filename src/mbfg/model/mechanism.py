@@ -408,3 +408,8 @@ def initial_guess(mech: Mechanism) -> np.ndarray:
         a, b = mech.spec.points[ra.points[0]], mech.spec.points[ra.points[1]]
         q[mech.angle_coords[k]] = np.arctan2(b.y - a.y, b.x - a.x)
     return q
+
+
+__all__ = [
+    "Mechanism", "build_mechanism", "initial_guess"
+]

@@ -76,3 +76,9 @@ class MechanismSpec:
     gravity: tuple[float, float] = (0.0, -9.81)
     parameters: dict = field(default_factory=dict)
     source: str | None = None
+
+
+__all__ = [
+    "PointSpec", "BodySpec", "RelativeAngleSpec", "FixedSliderSpec", "MobileSliderSpec",
+    "MechanismSpec"
+]

@@ -224,3 +224,9 @@ def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: fl
         raise ConvergenceError(f"{what} did not converge", residual=err,
                                iterations=stats.iterations)
     return X, stats
+
+
+__all__ = [
+    "BatchTerm", "add_blocks", "block", "SolverStats", "step_converged", "residual_floor",
+    "total_error", "linearize", "read_delta", "optimize"
+]

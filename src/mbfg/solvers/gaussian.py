@@ -91,3 +91,8 @@ def hessian_factor(keys, blocks, b):
             keys[a], keys[bb], keys[c], take(a, a), take(a, bb), take(a, c), lin(a),
             take(bb, bb), take(bb, c), lin(bb), take(c, c), lin(c), const))
     return gtsam.HessianFactor(graph)
+
+
+__all__ = [
+    "unit_noise", "gaussian_factor", "hessian_factor"
+]

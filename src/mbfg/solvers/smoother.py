@@ -422,3 +422,8 @@ class FixedLagSmoother:
             self.unconverged += 1
         _, err, blocks = self._linearize(W, terms, keys)
         return W, err, it + st.iterations, (W, blocks)
+
+
+__all__ = [
+    "HeldPredecessor", "prediction_matrix", "FixedLagSmoother"
+]
