@@ -40,6 +40,38 @@ def mechanism_from_yaml(text: str, source: str | None = None) -> Mechanism:
     return _build(parse_spec(text, source=source))
 
 
+def simulate(mech: Mechanism, t_end: float, dt: float = 1e-3, *, solver: str = "smoother",
+             coords: str = "dependent", integrator: str = "trapezoidal", window: int = 2,
+             q0=None, qd0=None, progress=None):
+    """Forward dynamics of ``mech`` released at (q0, qd0) (default: its assembled ``q0`` at
+    rest) for ``t_end`` seconds at step ``dt`` [s].
+
+    ``solver``: ``"smoother"`` (fixed-lag smoother of ``window`` steps,
+    :func:`mbfg.smoothing.simulate_smoother`) or ``"batch"`` (causal batch segments,
+    :func:`mbfg.simulation.simulate_batch`); both solve the same energy-consistent graph
+    (docs/theory.md, section 5).  Returns a frozen-shape
+    :class:`~mbfg.results.TrajectoryResult` (t, q, qd, qdd, ... as arrays).  Raises
+    :class:`~mbfg.errors.ConvergenceError` or :class:`~mbfg.errors.LockupError`, whose
+    ``partial`` holds the trajectory computed before the failure."""
+    if solver == "smoother":
+        from mbfg.smoothing import simulate_smoother
+        return simulate_smoother(mech, t_end, dt, coords=coords, integrator=integrator,
+                                 window=window, q0=q0, qd0=qd0, progress=progress)
+    if solver == "batch":
+        from mbfg.simulation import simulate_batch
+        return simulate_batch(mech, t_end, dt, coords=coords, integrator=integrator, q0=q0,
+                              qd0=qd0, progress=progress)
+    raise errors.UsageError(f"solver must be 'smoother' or 'batch', got {solver!r}")
+
+
+def solve_inverse_dynamics(mech: Mechanism, t, desired, imposed, actuated=None, **settings):
+    """Forces on the ``actuated`` coordinates that make ``q[imposed]`` follow ``desired``
+    (T, len(imposed)) at times ``t`` (T,) [s]; see :func:`mbfg.inverse.solve_inverse_dynamics`
+    for the settings."""
+    from mbfg.inverse import solve_inverse_dynamics as solve
+    return solve(mech, t, desired, imposed, actuated, **settings)
+
+
 def _build(spec) -> Mechanism:
     """Build and assemble; numerical breakdowns on absurd input become an AssemblyError."""
     import numpy as np
@@ -51,5 +83,5 @@ def _build(spec) -> Mechanism:
                                    file=spec.source) from None
 
 
-__all__ = ["load_mechanism", "mechanism_from_yaml", "Mechanism", "build_mechanism",
+__all__ = ["load_mechanism", "mechanism_from_yaml", "simulate", "solve_inverse_dynamics", "Mechanism", "build_mechanism",
            "MbfgError", "errors", "__version__"]
