@@ -9,6 +9,11 @@ For each mechanism, released from rest under gravity for ``--t-end`` seconds at 
 * reference: DOP853 at rtol = atol = 1e-12 with projection (``integrate_reference``);
 * floor: the implicit trapezoidal rule at the same dt, no stabilization, no projection
   (``integrate_trapezoidal``);
+* projected floor: the same rule with q and qdot projected back onto the constraints after
+  every step (``integrate_trapezoidal(project=True)``), i.e. held to the constraints like
+  every mode here.  On some mechanisms the unprojected floor's constraint drift happens to
+  cancel part of its phase error, so that holding it on the manifold makes it 2-8x less
+  accurate; the projected floor is the fair bar for a method that keeps |Phi| at rounding;
 * each mode (smoother N_w = 2 and batch, dependent and independent coordinates): RMSE of the
   point coordinates against the reference divided by the floor's, and max |Phi_i| / scale_i
   (a distance to the constraint manifold relative to the mechanism's length).
@@ -57,6 +62,7 @@ def evaluate(gen, t_end, dt):
     mech = gen.load()
     ref = integrate_reference(mech, t_end, dt, rtol=1e-12, atol=1e-12).q
     floor = point_rmse(mech, integrate_trapezoidal(mech, t_end, dt).q, ref)
+    projected = point_rmse(mech, integrate_trapezoidal(mech, t_end, dt, project=True).q, ref)
     rows = mechanism_scales(mech).constraints
     out = {}
     for mode, run in MODES.items():
@@ -68,7 +74,8 @@ def evaluate(gen, t_end, dt):
             continue
         seconds = time.perf_counter() - t0
         phi = np.max(np.abs(C.position_constraints(mech, res.q)) / rows)
-        out[mode] = dict(ok=True, ratio=point_rmse(mech, res.q, ref) / floor, phi=phi,
+        err = point_rmse(mech, res.q, ref)
+        out[mode] = dict(ok=True, ratio=err / floor, ratio_p=err / projected, phi=phi,
                          ms=1e3 * seconds / (len(res.t) - 1))
     return floor / gen.length, out
 
@@ -85,6 +92,7 @@ def main(argv=None):
     print(f"Machine: {machine_info()}\n")
     print(f"{count} generated mechanisms (seed {args.seed}), {t_end:g} s at dt = {dt * 1e3:g} ms "
           f"from rest under g = 9.81\n")
+    print("Cells: error / floor (error / projected floor), max |Phi_i| / scale_i, ms/step.\n")
     print("| # | mechanism | floor RMSE / length | " + " | ".join(MODES) + " |")
     print("|---|---|---|" + "---|" * len(MODES))
     results = {mode: [] for mode in MODES}
@@ -94,18 +102,21 @@ def main(argv=None):
         for mode in MODES:
             r = out[mode]
             results[mode].append(r)
-            cells.append(f"{r['ratio']:.2f}x, Φ {r['phi']:.0e}, {r['ms']:.1f} ms" if r["ok"]
+            cells.append(f"{r['ratio']:.2f}x ({r['ratio_p']:.2f}x), Φ {r['phi']:.0e}, "
+                         f"{r['ms']:.1f} ms" if r["ok"]
                          else "FAILED: " + r["why"])
         print(f"| {i} | {gen.name} | {floor:.1e} | " + " | ".join(cells) + " |", flush=True)
 
-    print("\n| mode | success | error / floor: median | worst | ≤ 2x | max Φ / scale | "
-          "median ms/step |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| mode | success | error / floor: median | worst | ≤ 2x | error / projected floor: "
+          "median | worst | ≤ 2x | max Φ / scale | median ms/step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for mode, rs in results.items():
         ok = [r for r in rs if r["ok"]]
         ratios = np.array([r["ratio"] for r in ok]) if ok else np.array([np.nan])
+        rp = np.array([r["ratio_p"] for r in ok]) if ok else np.array([np.nan])
         print(f"| {mode} | {len(ok)}/{len(rs)} | {np.median(ratios):.2f} | {np.max(ratios):.2f} "
-              f"| {int(np.sum(ratios <= 2.0))}/{len(rs)} | "
+              f"| {int(np.sum(ratios <= 2.0))}/{len(rs)} | {np.median(rp):.2f} | {np.max(rp):.2f} "
+              f"| {int(np.sum(rp <= 2.0))}/{len(rs)} | "
               f"{max((r['phi'] for r in ok), default=np.nan):.1e} | "
               f"{np.median([r['ms'] for r in ok]) if ok else np.nan:.2f} |")
 

@@ -142,6 +142,27 @@ def test_trapezoidal_converges_at_second_order(family, seed):
     assert np.all((3.8 < ratios) & (ratios < 4.2)), (errors, ratios)
 
 
+@pytest.mark.parametrize("family, seed", [("shaper", 1), ("chain-2", 0)])
+def test_projected_trapezoidal_stays_on_the_manifold_at_second_order(family, seed):
+    """The projected floor: constraints held to rounding, still second order."""
+    from mbfg.model import constraints as C
+    from mbfg.model.scales import mechanism_scales
+    gen = random_mechanism(family, seed, length=0.05, mass=3.0)
+    mech = gen.load()
+    pts = point_coordinates(mech)
+    ref = integrate_reference(mech, 0.2, 4e-3, rtol=1e-12, atol=1e-12)
+    errors = []
+    for stride in (1, 2, 4):
+        run = integrate_trapezoidal(mech, 0.2, 4e-3 / stride, project=True)
+        phi = np.abs(C.position_constraints(mech, run.q)) / mechanism_scales(mech).constraints
+        assert phi.max() <= 1e-11
+        vel = np.abs(np.einsum("tij,tj->ti", C.constraint_jacobian(mech, run.q), run.qd))
+        assert vel.max() <= 1e-11 * np.abs(run.qd).max() * mechanism_scales(mech).constraints.max() / gen.length
+        errors.append(np.max(np.abs(run.q[::stride, pts] - ref.q[:, pts])))
+    ratios = np.array(errors[:-1]) / np.array(errors[1:])
+    assert np.all((3.6 < ratios) & (ratios < 4.4)), (errors, ratios)
+
+
 def test_trapezoidal_floor_on_the_fourbar():
     mech = load("fourbar")
     run = integrate_trapezoidal(mech, 1.0, 1e-3)

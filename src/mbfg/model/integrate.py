@@ -93,7 +93,8 @@ def integrate_reference(mech, t_end: float, dt: float, *, q0=None, qd0=None, for
 
 
 def integrate_trapezoidal(mech, t_end: float, dt: float, *, q0=None, qd0=None, forces=None,
-                          tol: float = 1e-14, max_iter: int = 20) -> ReferenceTrajectory:
+                          tol: float = 1e-14, max_iter: int = 20,
+                          project: bool = False) -> ReferenceTrajectory:
     """Integrate the equations of motion with the implicit trapezoidal rule (the "floor").
 
     With a = qddot(q, qdot, Q) of Eq. (5) (gravity included, no stabilization), each step
@@ -123,6 +124,11 @@ def integrate_trapezoidal(mech, t_end: float, dt: float, *, q0=None, qd0=None, f
         q, qdot and qddot of every output sample are mutually consistent.
     max_iter : int
         Newton iterations allowed per step.
+    project : bool
+        After each step, project q onto Phi = 0 and qdot onto Phi_q qdot = 0 (minimum-norm
+        corrections, :func:`mbfg.model.kinematics.solve_position` and
+        :func:`~mbfg.model.kinematics.project_velocity`): the "projected floor", the same
+        rule held on the constraint manifold as every constraint-satisfying method is.
 
     Returns
     -------
@@ -173,6 +179,10 @@ def integrate_trapezoidal(mech, t_end: float, dt: float, *, q0=None, qd0=None, f
             raise ConvergenceError(f"trapezoidal step at t = {ts[k]:.6g} s did not converge",
                                    residual=change, iterations=it)
         q, v, a = q1, v1, jac.qdd
+        if project:
+            q = K.solve_position(mech, q)
+            v = K.project_velocity(mech, q, v)
+            a = forward_dynamics(mech, q, v, force)
         Q_out[k + 1], V_out[k + 1], A_out[k + 1] = q, v, a
     return ReferenceTrajectory(t=ts, q=Q_out, qd=V_out, qdd=A_out)
 
