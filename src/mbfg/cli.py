@@ -3,12 +3,19 @@
 Every :class:`~mbfg.errors.MbfgError` (bad input, non-convergence) is printed as one line on
 stderr with exit code 2; no traceback.  Any other exception (a bug) is also reported on one
 line, with exit code 1, unless the environment variable ``MBFG_DEBUG`` is set.
+
+Commands run with numpy's floating-point warnings off (absurd input shows up as a typed error
+on non-finite results instead of dozens of RuntimeWarning lines); other warnings of a command
+that succeeds are printed after it, one line each (``mbfg <command>: warning: ...``), and are
+dropped when it fails (the error line says what went wrong).  A closed stdout (``mbfg check X
+| head -1``) ends the command silently with exit code 141 (128 + SIGPIPE), as a shell tool.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -87,11 +94,51 @@ _EXTRA_COMMANDS: list = []
 """Functions ``register(subparsers)`` that add more sub-commands (simulate, inverse, ...)."""
 
 
+EXIT_BROKEN_PIPE = 141
+"""Exit code when stdout is closed early (128 + SIGPIPE, like a tool killed by the signal)."""
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())
+
+
+def _silence_stdout() -> None:
+    """After a BrokenPipeError: point stdout at /dev/null so the interpreter's final flush
+    does not fail again (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (tests capture it): nothing is flushed at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _run(args) -> int:
+    """Run the command with numpy's floating-point warnings off; print the other warnings it
+    issued, one line each, only if it succeeds."""
+    with np.errstate(all="ignore"), warnings.catch_warnings(record=True) as caught:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here, inside the handlers of main()
+    seen = set()
+    for w in caught:
+        line = f"mbfg {args.command}: warning: {_one_line(w.message)}"
+        if line not in seen:
+            seen.add(line)
+            print(line, file=sys.stderr)
+    return code
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        return _run(args)
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except MbfgError as e:
         print(f"mbfg {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2

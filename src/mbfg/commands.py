@@ -2,9 +2,21 @@
 :data:`mbfg.cli._EXTRA_COMMANDS`)."""
 from __future__ import annotations
 
+import contextlib
+import math
+import os
+from pathlib import Path
+
 import numpy as np
 
-from mbfg.errors import MbfgError, UsageError
+from mbfg.errors import DataError, MbfgError, SolverError, UsageError
+
+RESULT_SUFFIXES = (".npz", ".csv")
+"""File types of ``--out`` for simulate and inverse (TrajectoryResult.save)."""
+
+MEMORY_FACTOR = 4
+"""Bytes a run needs ~ steps x (3 n + 1) x 8 x MEMORY_FACTOR (solver state, result arrays and
+their copies); a run needing more than half of the machine's RAM is refused up front."""
 
 
 def parse_coordinates(text: str, mech, option: str) -> tuple:
@@ -32,9 +44,152 @@ def parse_coordinates(text: str, mech, option: str) -> tuple:
 
 
 def _positive(value: float, option: str) -> float:
-    if not value > 0:
-        raise UsageError(f"{option} must be positive, got {value}")
+    """A positive, finite option value (a duration [s])."""
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"{option} must be positive and finite, got {value}; expected a "
+                         f"duration in seconds such as 0.001")
     return value
+
+
+def _seed(value: int, option: str = "--seed") -> int:
+    if value < 0:
+        raise UsageError(f"{option} must be a non-negative integer, got {value}")
+    return value
+
+
+def _size(nbytes: float) -> str:
+    if not math.isfinite(nbytes):
+        return "more bytes than a float can count"
+    if nbytes >= 1e21:
+        return f"{nbytes:.3g} bytes"
+    for unit in ("bytes", "kB", "MB", "GB", "TB", "PB", "EB"):
+        if nbytes < 1000 or unit == "EB":
+            return f"{nbytes:.3g} {unit}"
+        nbytes /= 1000
+    return f"{nbytes:.3g} EB"  # pragma: no cover
+
+
+def physical_memory() -> int | None:
+    """The machine's RAM in bytes (os.sysconf), or None where it is not available."""
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages * size if pages > 0 and size > 0 else None
+
+
+def check_horizon(mech, t_end: float, dt: float, *, t_option="--t-end", dt_option="--dt") -> int:
+    """Number of steps round(t_end / dt) of a run, after refusing a step longer than the
+    duration, a run whose arrays would not fit in half of the RAM, and a step longer than half
+    the period of a pendulum of the mechanism's size (no step could follow its motion)."""
+    if dt > t_end:
+        raise UsageError(f"{dt_option} {dt:g} s is longer than the duration {t_option} {t_end:g} s, "
+                         f"so no step would be taken; expected {dt_option} <= {t_option}")
+    steps = t_end / dt
+    need = (steps + 1) * (3 * mech.n + 1) * 8 * MEMORY_FACTOR
+    ram = physical_memory()
+    if ram is not None and not need <= ram / 2:
+        raise UsageError(f"{t_option} {t_end:g} s at {dt_option} {dt:g} s is {steps:.3g} steps, "
+                         f"which would need about {_size(need)} of memory (more than half of this "
+                         f"machine's {_size(ram)}); expected fewer steps (at most about "
+                         f"{ram / 2 / need * steps:.3g}): a shorter {t_option} or a larger "
+                         f"{dt_option}")
+    check_step(mech, dt, f"{dt_option} {dt:g} s")
+    return int(round(steps))
+
+
+def check_step(mech, dt: float, what: str) -> None:
+    """Refuse a time step longer than half the small-oscillation period 2 pi sqrt(ell / |g|)
+    of a pendulum as long as the mechanism's characteristic length ell (the sampling limit:
+    at least two steps per period).  Without gravity the mechanism has no time scale.
+    ``what`` names the step in the message (``"--dt 5000 s"``)."""
+    from mbfg.model.scales import characteristic_length
+    g = float(np.hypot(*mech.gravity))
+    if not g > 0:
+        return
+    ell = characteristic_length(mech)
+    period = 2 * math.pi * math.sqrt(ell / g)
+    if dt > period / 2:
+        raise UsageError(f"{what} is longer than half the period {period:.3g} s of a "
+                         f"pendulum of the mechanism's size (ell = {ell:.3g} m, |g| = {g:.3g} "
+                         f"m/s^2), so no step could follow its motion; expected a step of at "
+                         f"most {period / 2:.3g} s (typically far less)")
+
+
+def check_window(window: int, samples: int, option: str = "--window", what: str = "") -> None:
+    """1 <= window <= samples (a window of every sample already solves the whole horizon)."""
+    if window < 1:
+        raise UsageError(f"{option} must be >= 1, got {window}")
+    if window > samples:
+        raise UsageError(f"{option} {window} is larger than the number of time samples, "
+                         f"{samples}{what}, and a window of {samples} already solves the whole "
+                         f"horizon at once; expected 1 <= {option} <= {samples}")
+
+
+def check_output(path, option: str, suffixes=RESULT_SUFFIXES, what: str = "") -> None:
+    """Before any computation: ``path`` has one of ``suffixes`` (case-insensitive) and its
+    directory exists."""
+    if path is None:
+        return
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffixes is not None and suffix not in suffixes:
+        got = f"suffix {p.suffix!r}" if p.suffix else "no suffix"
+        raise UsageError(f"{option} {path}: {got}; expected a file name ending in "
+                         f"{', '.join(suffixes[:-1])}{' or ' if len(suffixes) > 1 else ''}"
+                         f"{suffixes[-1]}{what}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: the directory {parent} does not exist; expected a "
+                         f"file in an existing directory")
+
+
+def check_plot(path, option: str = "--plot") -> None:
+    """``path`` names an image type matplotlib can write (checked before the computation)."""
+    if path is None:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase
+    kinds = tuple(f".{k}" for k in sorted(FigureCanvasBase.get_supported_filetypes()))
+    preferred = (".png", ".pdf", ".svg")
+    check_output(path, option, preferred + tuple(k for k in kinds if k not in preferred),
+                 what=" (an image type matplotlib writes)")
+
+
+@contextlib.contextmanager
+def numerics(what: str):
+    """Numerical breakdowns of a computation on absurd input (singular or non-positive-definite
+    matrices, overflow, an indeterminate GTSAM system) become a one-line SolverError."""
+    try:
+        yield
+    except MbfgError:
+        raise
+    except (np.linalg.LinAlgError, FloatingPointError, OverflowError, ZeroDivisionError) as e:
+        raise SolverError(f"{what} broke down numerically ({type(e).__name__}: {e}); the input "
+                          f"(time step, readings, mechanism) is probably far outside its physical "
+                          f"range") from None
+    except RuntimeError as e:
+        text = " ".join(str(e).split())
+        if "Indeterminate linear system" not in text:
+            raise
+        first = text.split(". ")[0]
+        raise SolverError(f"{what} broke down numerically (GTSAM: {first}); the input (time "
+                          f"step, readings, mechanism) is probably far outside its physical "
+                          f"range") from None
+
+
+def check_finite(what: str, t, **arrays) -> None:
+    """A result with a non-finite value is an error, not a result."""
+    for name, a in arrays.items():
+        if a is None:
+            continue
+        a = np.asarray(a, float)
+        bad = ~np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1) if a.ndim else ~np.isfinite(a)
+        if np.any(bad):
+            k = int(np.argmax(bad))
+            when = f" from t = {t[k]:g} s" if t is not None and k < len(t) else ""
+            raise SolverError(f"{what} produced non-finite values ({name}{when}); the input "
+                              f"(time step, readings, mechanism) is probably far outside its "
+                              f"physical range")
 
 
 def _finish(result, args, plot) -> None:
@@ -62,20 +217,27 @@ def cmd_simulate(args) -> int:
     import mbfg
     from mbfg.progress import ProgressBar
 
-    mech = mbfg.load_mechanism(args.mechanism)
     t_end, dt = _positive(args.t_end, "--t-end"), _positive(args.dt, "--dt")
     if args.window < 1:
         raise UsageError(f"--window must be >= 1, got {args.window}")
+    check_output(args.out, "--out")
+    check_plot(args.plot)
+    mech = mbfg.load_mechanism(args.mechanism)
+    steps = check_horizon(mech, t_end, dt)
+    check_window(args.window, steps + 1, what=" (--t-end / --dt + 1)")
     bar = ProgressBar(f"simulate ({args.solver})", enabled=False if args.quiet else None)
     try:
-        if args.solver == "smoother":
-            from mbfg.smoothing import simulate_smoother
-            res = simulate_smoother(mech, t_end, dt, coords=args.coords,
-                                    integrator=args.integrator, window=args.window, progress=bar)
-        else:
-            from mbfg.simulation import simulate_batch
-            res = simulate_batch(mech, t_end, dt, coords=args.coords, integrator=args.integrator,
-                                 progress=bar)
+        with numerics("the simulation"):
+            if args.solver == "smoother":
+                from mbfg.smoothing import simulate_smoother
+                res = simulate_smoother(mech, t_end, dt, coords=args.coords,
+                                        integrator=args.integrator, window=args.window,
+                                        progress=bar)
+            else:
+                from mbfg.simulation import simulate_batch
+                res = simulate_batch(mech, t_end, dt, coords=args.coords,
+                                     integrator=args.integrator, progress=bar)
+        check_finite("the simulation", res.t, q=res.q, qd=res.qd, qdd=res.qdd)
     except MbfgError as exc:
         partial = getattr(exc, "partial", None)
         if args.out and partial is not None:  # keep what was computed before the failure
@@ -108,28 +270,38 @@ def cmd_inverse(args) -> int:
     from mbfg.model import kinematics as K
     from mbfg.progress import ProgressBar
 
+    from mbfg.io import uniform_step
+
+    check_output(args.out, "--out")
+    check_plot(args.plot)
     mech = mbfg.load_mechanism(args.mechanism)
     imposed = parse_coordinates(args.imposed, mech, "--imposed")
     actuated = parse_coordinates(args.actuated, mech, "--actuated") if args.actuated else imposed
     if (args.trajectory is None) == (args.point_path is None):
         raise UsageError("give exactly one of --trajectory FILE or --point-path FILE (with --point)")
+    why = "velocities and accelerations are second-order differences of 3 or more samples"
     if args.trajectory is not None:
-        t, desired = read_trajectory(args.trajectory, columns=len(imposed))
+        t, desired = read_trajectory(args.trajectory, columns=len(imposed), min_rows=3, why=why)
+        uniform_step(t, args.trajectory)
     else:
         if args.point is None:
             raise UsageError("--point-path needs --point P (the point that follows the path)")
         if not 0 <= args.point < len(mech.spec.points):
             raise UsageError(f"--point {args.point} out of range 0..{len(mech.spec.points) - 1}")
-        t, xy = read_trajectory(args.point_path, columns=2)
-        q = K.inverse_kinematics_point_path(mech, args.point, xy)
+        t, xy = read_trajectory(args.point_path, columns=2, min_rows=3, why=why)
+        uniform_step(t, args.point_path)
+        with numerics("inverse kinematics"):
+            q = K.inverse_kinematics_point_path(mech, args.point, xy)
         desired = q[:, list(imposed)]
         print(f"inverse kinematics: point {args.point} along {args.point_path} ({len(t)} samples)")
     bar = ProgressBar("inverse dynamics (stage)", enabled=False if args.quiet else None)
     try:
-        res = solve_inverse_dynamics(mech, t, desired, imposed, actuated, coords=args.coords,
-                                     integrator=args.integrator, progress=bar)
+        with numerics("inverse dynamics"):
+            res = solve_inverse_dynamics(mech, t, desired, imposed, actuated, coords=args.coords,
+                                         integrator=args.integrator, progress=bar)
     finally:
         bar.close()
+    check_finite("inverse dynamics", res.t, q=res.q, qd=res.qd, qdd=res.qdd, Q=res.Q)
     names = mech.coordinate_names
     st = res.stats
     print(f"mechanism: {args.mechanism} (n = {mech.n}, DOF = {mech.dof})")
@@ -156,12 +328,18 @@ def cmd_synthesize(args) -> int:
     from mbfg.model.integrate import integrate_reference
     from mbfg.sensors import load_sensors
 
+    t_end, dt = _positive(args.t_end, "--t-end"), _positive(args.dt, "--dt")
+    seed = _seed(args.seed)
+    check_output(args.out, "--out", None)
+    check_output(args.truth, "--truth", (".npz",))
     mech = mbfg.load_mechanism(args.mechanism)
     sensors = load_sensors(args.sensors, mech)
-    t_end, dt = _positive(args.t_end, "--t-end"), _positive(args.dt, "--dt")
-    truth = integrate_reference(mech, t_end, dt, rtol=1e-11, atol=1e-11)
-    readings = sensors.synthesize(mech, truth.t, truth.q, truth.qd, truth.qdd,
-                                  np.random.default_rng(args.seed))
+    check_horizon(mech, t_end, dt)
+    with numerics("the reference simulation"):
+        truth = integrate_reference(mech, t_end, dt, rtol=1e-11, atol=1e-11)
+        check_finite("the reference simulation", truth.t, q=truth.q, qd=truth.qd, qdd=truth.qdd)
+        readings = sensors.synthesize(mech, truth.t, truth.q, truth.qd, truth.qdd,
+                                      np.random.default_rng(seed))
     write_readings(args.out, truth.t, sensors, readings)
     print(f"readings:  {args.out} ({len(truth.t)} steps x {sensors.dim} columns: "
           f"{' '.join(sensors.labels)}; seed {args.seed})")
@@ -171,6 +349,9 @@ def cmd_synthesize(args) -> int:
         print(f"truth:     {args.truth}")
     return 0
 
+
+ESTIMATE_WINDOW = 10
+"""Default --window of mbfg estimate."""
 
 ESTIMATE_METHODS = ("smoother", "batch", "ekf", "ekf_fe", "ukf", "dekf", "pf")
 
@@ -197,30 +378,42 @@ def cmd_estimate(args) -> int:
     from mbfg.progress import ProgressBar
     from mbfg.sensors import load_sensors
 
+    _seed(args.seed)
+    window = ESTIMATE_WINDOW if args.window is None else args.window
+    if window < 1:
+        raise UsageError(f"--window must be >= 1, got {window}")
+    check_output(args.out, "--out", (".npz",))
     mech = mbfg.load_mechanism(args.mechanism)
     sensors = load_sensors(args.sensors, mech)
     t, readings = read_readings(args.readings, sensors)
     dt = uniform_step(t, args.readings)
-    if args.window < 1:
-        raise UsageError(f"--window must be >= 1, got {args.window}")
+    try:
+        check_step(mech, dt, f"{args.readings}: the time step {dt:g} s")
+    except UsageError as e:
+        raise DataError(str(e)) from None
+    if args.window is None:  # the default: at most the whole horizon
+        window = min(window, t.size)
+    check_window(window, t.size, what=f" (rows of {args.readings})")
     settings = _estimator_settings(args, mech)
     bar = ProgressBar(f"estimate ({args.method})", enabled=False if args.quiet else None)
     try:
-        if args.method == "smoother":
-            from mbfg.estimation import estimate_online
-            res = estimate_online(mech, sensors, readings, dt, t.size, window=args.window,
-                                  covariance=args.covariance, progress=bar, settings=settings)
-        elif args.method == "batch":
-            from mbfg.estimation import estimate_batch
-            res = estimate_batch(mech, sensors, readings, dt, t.size, covariance=args.covariance,
-                                 settings=settings)
-        else:
-            from mbfg.estimation import kalman, particle
-            fn = {"ekf": kalman.ekf, "ekf_fe": kalman.ekf_fe, "ukf": kalman.ukf,
-                  "dekf": kalman.dekf, "pf": particle.particle_filter}[args.method]
-            res = fn(mech, sensors, readings, dt, t.size, seed=args.seed)
+        with numerics(f"the estimation ({args.method})"):
+            if args.method == "smoother":
+                from mbfg.estimation import estimate_online
+                res = estimate_online(mech, sensors, readings, dt, t.size, window=window,
+                                      covariance=args.covariance, progress=bar, settings=settings)
+            elif args.method == "batch":
+                from mbfg.estimation import estimate_batch
+                res = estimate_batch(mech, sensors, readings, dt, t.size,
+                                     covariance=args.covariance, settings=settings)
+            else:
+                from mbfg.estimation import kalman, particle
+                fn = {"ekf": kalman.ekf, "ekf_fe": kalman.ekf_fe, "ukf": kalman.ukf,
+                      "dekf": kalman.dekf, "pf": particle.particle_filter}[args.method]
+                res = fn(mech, sensors, readings, dt, t.size, seed=args.seed)
     finally:
         bar.close()
+    check_finite(f"the estimation ({args.method})", t, q=res.q, qd=getattr(res, "qd", None))
     res.t = t
     print(f"mechanism: {args.mechanism} (n = {mech.n}, DOF = {mech.dof})")
     print(f"sensors:   {' '.join(sensors.names)}")
@@ -291,7 +484,9 @@ def register(sub) -> None:
                    "as written by 'mbfg synthesize'")
     e.add_argument("--method", choices=ESTIMATE_METHODS, default="smoother",
                    help="factor graph (smoother: online fixed-lag, batch: offline) or a filter")
-    e.add_argument("--window", type=int, default=10, help="smoother window (default 10)")
+    e.add_argument("--window", type=int, default=None,
+                   help=f"smoother window, at most the number of readings rows (default "
+                        f"{ESTIMATE_WINDOW}, or every row of a shorter file)")
     e.add_argument("--covariance", action="store_true", help="also estimate standard deviations")
     e.add_argument("--unknown-force", metavar="COORDS",
                    help="also estimate a slowly varying unknown generalized force on these "

@@ -76,6 +76,12 @@ class AssemblyError(MechanismError):
     """The initial configuration cannot be assembled (position problem did not converge)."""
 
 
+class SingularMassError(MechanismError):
+    """The mass matrix is singular on the constraint manifold: some motion the constraints
+    allow carries no mass (e.g. a moving point that belongs to no body), so the dynamics
+    cannot determine its acceleration."""
+
+
 class SolverError(MbfgError):
     """A numerical solver failed."""
 

@@ -23,9 +23,17 @@ def read_table(path, *, min_columns: int = 2, allow_nan: bool = False) -> np.nda
     different number of columns, a non-finite value, or an empty table."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not a text file (byte 0x{e.object[e.start]:02x} at "
+                        f"offset {e.start} is not UTF-8); expected text rows 't value...'") from None
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+    if "\0" in text:
+        line = text[:text.index("\0")].count("\n") + 1
+        raise DataError(f"{path}:{line}: not a text file (it contains NUL bytes); expected text "
+                        f"rows 't value...'")
     rows, width = [], None
     for lineno, line in enumerate(text.splitlines(), 1):
         s = line.strip()
@@ -55,13 +63,18 @@ def read_table(path, *, min_columns: int = 2, allow_nan: bool = False) -> np.nda
     return np.array(rows)
 
 
-def read_trajectory(path, *, columns: int | None = None, allow_nan: bool = False):
+def read_trajectory(path, *, columns: int | None = None, allow_nan: bool = False,
+                    min_rows: int = 1, why: str = ""):
     """Read ``t value...`` rows.  Returns ``(t, values)`` with t (T,) strictly increasing and
-    values (T, k).  ``columns`` checks k."""
+    values (T, k).  ``columns`` checks k; ``min_rows`` checks T (``why`` says why it needs
+    them in the error message)."""
     table = read_table(path, allow_nan=allow_nan)
     t, vals = table[:, 0], table[:, 1:]
     if columns is not None and vals.shape[1] != columns:
         raise DataError(f"{path}: expected {columns} value column(s) after t, got {vals.shape[1]}")
+    if t.size < min_rows:
+        raise DataError(f"{path}: {t.size} data row{'s' * (t.size != 1)}; expected at least "
+                        f"{min_rows} time samples" + (f" ({why})" if why else ""))
     if t.size > 1 and not np.all(np.diff(t) > 0):
         k = int(np.argmax(np.diff(t) <= 0))
         raise DataError(f"{path}: time must increase strictly (row {k + 2}: t = {t[k + 1]:g} after "
@@ -99,11 +112,28 @@ def write_readings(path, t, sensors, readings) -> None:
                                                  for v in cols[k]]) + "\n")
 
 
+def _check_whitened(path, t, vals, sensors) -> None:
+    """Every estimator sums squared whitened readings (value / sigma); refuse a reading whose
+    square, times the number of readings, overflows a float: nothing could process it."""
+    sigma = np.asarray(sensors.sigmas, float)  # (dim,): one per column
+    count = max(int(np.sum(~np.isnan(vals))), 1)
+    limit = np.sqrt(np.finfo(float).max / count)
+    with np.errstate(all="ignore"):
+        bad = np.abs(vals) / sigma > limit
+    if np.any(bad):
+        k, c = map(int, np.argwhere(bad)[0])
+        raise DataError(f"{path}: row {k + 1} (t = {t[k]:g} s), column {c + 2} "
+                        f"({sensors.labels[c]}): reading {vals[k, c]:g} is {abs(vals[k, c]) / sigma[c]:.3g} "
+                        f"times its sigma {sigma[c]:g}, beyond what a float can square and sum "
+                        f"({limit:.3g}); expected readings of the size the sensor measures")
+
+
 def read_readings(path, sensors):
     """Inverse of :func:`write_readings`: ``(t, readings)`` with one ``Readings(steps,
     values)`` per sensor; rows where a sensor's columns are ``nan`` are absent readings."""
     from mbfg.sensors import Readings
     t, vals = read_trajectory(path, columns=sensors.dim, allow_nan=True)
+    _check_whitened(path, t, vals, sensors)
     out, c = [], 0
     for s in sensors:
         block = vals[:, c:c + s.dim]

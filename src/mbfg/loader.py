@@ -21,6 +21,7 @@ import difflib
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +33,17 @@ from mbfg.expressions import RESERVED_NAMES, parse
 from mbfg.model.spec import (BodySpec, FixedSliderSpec, MechanismSpec, MobileSliderSpec, PointSpec,
                              RelativeAngleSpec)
 
-__all__ = ["load_spec", "parse_spec", "read_yaml_text", "TOP_LEVEL_KEYS", "CONSTRAINT_TYPES", "RELATIVE_COORDINATE_TYPES"]
+__all__ = ["load_spec", "parse_spec", "read_yaml_text", "TOP_LEVEL_KEYS", "CONSTRAINT_TYPES", "RELATIVE_COORDINATE_TYPES",
+           "LENGTH_MASS_RTOL"]
 
 TOP_LEVEL_KEYS = ("parameters", "points", "planar_bodies", "relative_coordinates", "constraints",
                   "gravity")
 POINT_KEYS = ("x", "y", "fixed")
 CONSTRAINT_TYPES = ("fixed_slider", "mobile_slider")
 RELATIVE_COORDINATE_TYPES = ("RelativeAngleAbsoluteDOF",)
+LENGTH_MASS_RTOL = 1e-12
+"""A body length (mass) below LENGTH_MASS_RTOL times the largest body length (mass) is refused."""
+_SQUARE_MIN = sys.float_info.min  # a length or mass whose square is subnormal is refused
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _POINT_VARIABLE = re.compile(r"[xy]\d+\Z")
 
@@ -60,6 +65,34 @@ def _type_name(value) -> str:
     return f"{type(value).__name__} {value!r}"[:80]
 
 
+class _DuplicateKey(Exception):
+    """Raised by :class:`_StrictLoader` for a key given twice in one mapping."""
+
+    def __init__(self, key, first, again):
+        super().__init__(key)
+        self.key, self.first, self.again = key, first, again
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key repeated in one mapping (YAML requires unique keys; plain
+    PyYAML silently keeps the last value).  Merge keys (``<<``) may still be overridden."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:  # unhashable: the base class reports it
+                    continue
+                if first is not key_node.start_mark:
+                    raise _DuplicateKey(key, first, key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 class _Reader:
     """Walks the YAML document, remembering the line of every node for error messages."""
 
@@ -71,7 +104,7 @@ class _Reader:
             expected = f"a YAML mapping of {', '.join(TOP_LEVEL_KEYS)}"
         self.lines: dict[str, int] = {}
         try:
-            loader = yaml.SafeLoader(text)
+            loader = _StrictLoader(text)
             try:
                 node = loader.get_single_node()
                 self.data = loader.construct_document(node) if node is not None else None
@@ -84,6 +117,11 @@ class _Reader:
             column = f" (column {mark.column + 1})" if mark is not None else ""
             raise YamlSyntaxError(f"malformed YAML: {what}{column}; expected {expected}",
                                   file=source, line=line) from None
+        except _DuplicateKey as e:
+            raise YamlSyntaxError(f"duplicate key {e.key!r} (column {e.again.column + 1}; first "
+                                  f"given on line {e.first.line + 1}): YAML keys must be unique "
+                                  f"and the last value would silently win; expected each key "
+                                  f"once per mapping", file=source, line=e.again.line + 1) from None
         except yaml.YAMLError as e:
             raise YamlSyntaxError(f"malformed YAML: {' '.join(str(e).split())}", file=source) from None
         except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
@@ -339,7 +377,39 @@ class _Loader:
                     f"be negative and the body mass matrix not positive semi-definite; expected "
                     f"I0 >= mass*|cog|^2", f"{path}.I0")
             bodies.append(BodySpec(points=idx, mass=mass, I0=I0, cog=cog, length=length))
+        self._check_scales(bodies)
         return tuple(bodies)
+
+    def _check_scales(self, bodies) -> None:
+        """Body lengths and masses must be representable with room to spare: their squares
+        normal floats (the constraints use squared lengths, the energies m L^2), and none
+        below LENGTH_MASS_RTOL of the largest of its kind (a bar 1e-320 m long in a 1 m
+        mechanism is a typo, and it would make the equations singular)."""
+        for kind, unit, values in (("length", "m", [b.length for b in bodies]),
+                                   ("mass", "kg", [b.mass for b in bodies])):
+            top = max(values)
+            for b, (body, value) in enumerate(zip(bodies, values)):
+                if kind == "length" and len(body.points) > 2:
+                    where, what = f"planar_bodies[{b}].points", (
+                        f"the distance {value:g} m between points {body.points[0]} and "
+                        f"{body.points[1]} (the body length)")
+                else:
+                    where, what = f"planar_bodies[{b}].{kind}", f"{kind} {value:g} {unit}"
+                square = value * value
+                if not (_SQUARE_MIN <= square and math.isfinite(square)):
+                    raise self.r.error(SchemaError, f"{what} is outside the range of "
+                                       f"representable values: its square is "
+                                       f"{'subnormal or zero' if square < _SQUARE_MIN else 'infinite'}"
+                                       f" in double precision; expected a {kind} in "
+                                       f"[{math.sqrt(_SQUARE_MIN):.3g}, "
+                                       f"{math.sqrt(sys.float_info.max):.3g}] {unit} (choose other "
+                                       f"units if needed)", where)
+                if value < LENGTH_MASS_RTOL * top:
+                    raise self.r.error(SchemaError, f"{what} is {value / top:.3g} times the "
+                                       f"largest body {kind} ({top:g} {unit}), below "
+                                       f"{LENGTH_MASS_RTOL:g}: such a body would make the model "
+                                       f"numerically singular; expected a {kind} comparable to "
+                                       f"the mechanism's other bodies", where)
 
     def relative_coordinates(self, value, points):
         if value is None:

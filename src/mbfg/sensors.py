@@ -549,6 +549,11 @@ class _SensorLoader:
         x = self.number(value, path, what)
         if not x > 0:
             raise self.err(f"expected {what} > 0, got {x:g}", path)
+        if not (np.finfo(float).tiny <= x * x < math.inf):  # the weights are 1 / sigma^2
+            raise self.err(f"{what} {x:g} is outside the range of representable values (its "
+                           f"square is {'subnormal' if x < 1 else 'infinite'} in double "
+                           f"precision); expected a value in [{math.sqrt(np.finfo(float).tiny):.3g}, "
+                           f"{math.sqrt(np.finfo(float).max):.3g}]", path)
         return x
 
     # -- one sensor -----------------------------------------------------------------------

@@ -298,7 +298,9 @@ def build_mechanism(spec: MechanismSpec, *, assemble: bool = True) -> Mechanism:
     spec : MechanismSpec
     assemble : bool
         Solve the position problem from the YAML coordinates (tolerance 1e-12) and store the
-        result as ``q0``.  Raises :class:`~mbfg.errors.AssemblyError` if it does not converge.
+        result as ``q0``.  Raises :class:`~mbfg.errors.AssemblyError` if it does not converge,
+        and :class:`~mbfg.errors.SingularMassError` if some motion the constraints allow at
+        ``q0`` carries no mass (:func:`mbfg.model.validation.check_mass_matrix`).
     """
     pts = spec.points
     names = []
@@ -394,6 +396,9 @@ def build_mechanism(spec: MechanismSpec, *, assemble: bool = True) -> Mechanism:
     object.__setattr__(mech, "q0", _freeze(q0))
     from mbfg.model.kinematics import independent_constraint_rows
     object.__setattr__(mech, "independent_rows", _freeze(independent_constraint_rows(mech, q0), int))
+    if assemble:  # a massless free motion (a point in no body) would make M singular
+        from mbfg.model.validation import check_mass_matrix
+        check_mass_matrix(mech)
     return mech
 
 
