@@ -87,7 +87,7 @@ def measure(links: int, smoother: bool) -> dict:
     out["fd_ms"] = best_ms(lambda: forward_dynamics(mech, q, qd), repeat=2)
     if smoother:
         try:
-            from mbfg.smoothing import simulate_smoother
+            from mbfg.drivers.forward_dynamics import simulate_smoother
             dt = 1e-3
             t0 = time.perf_counter()
             simulate_smoother(mech, t_end=SMOOTHER_STEPS * dt, dt=dt, window=2)

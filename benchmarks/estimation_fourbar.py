@@ -6,7 +6,7 @@ is simulated accurately from rest at crank angle pi/3; one sensor reads every st
 -8.81 m/s^2 and initial crank angle pi/3 + pi/16.  Setups: crank encoder (sigma = 1 deg),
 gyroscope on the coupler, gyroscope on the crank (sigma = 9.839e-4 rad/s).
 
-For every setup and registered estimator (``mbfg.estimation.harness.ESTIMATORS``: the
+For every setup and registered estimator (``mbfg.estimation.ESTIMATORS``: the
 factor-graph ones and any baseline modules that register themselves) the table gives the
 RMSE of the crank angle theta0 [rad], its rate [rad/s] and acceleration [rad/s^2] over the
 whole run and after the first 2 s, and CPU ms per step, averaged over the seeds.
@@ -25,10 +25,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info  # noqa: E402
 from mbfg.errors import MbfgError  # noqa: E402
-from mbfg.estimation.harness import (PUBLISHED, load_estimators, review_fourbar,  # noqa: E402
-                                     run_case, sensor_setups, simulate_prototype)
+from mbfg.benchmarking.estimation_review import (PUBLISHED, review_fourbar,  # noqa: E402
+                                                 run_case, sensor_setups, simulate_prototype)
+from mbfg.estimation import ESTIMATORS  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 DT = 0.005
 COLS = ["pos_rmse", "pos_rmse_after", "vel_rmse", "vel_rmse_after", "acc_rmse",
         "acc_rmse_after", "ms_per_step"]
@@ -44,11 +44,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 10)
     t_end = args.t_end or (4.0 if args.quick else 10.0)
-    estimators = load_estimators()
+    estimators = ESTIMATORS
     names = [n for n in estimators if args.only is None or n in args.only]
     setups = {k: v for k, v in sensor_setups().items() if args.setups is None or k in args.setups}
 
-    proto, model, q0 = review_fourbar(ROOT)
+    proto, model, q0 = review_fourbar()
     simulate_prototype(proto, t_end, DT)
     print(f"# Four-bar state estimation (review Sect. 12), {t_end:g} s at dt = {DT * 1e3:g} ms, "
           f"mean over {seeds} seeds\n")

@@ -24,8 +24,8 @@ from _machine import machine_info  # noqa: E402
 from mbfg.errors import MbfgError  # noqa: E402
 from mbfg.model import constraints as C  # noqa: E402
 from mbfg.model.integrate import integrate_reference  # noqa: E402
-from mbfg.simulation import simulate_batch  # noqa: E402
-from mbfg.smoothing import simulate_smoother  # noqa: E402
+from mbfg.drivers.forward_dynamics import simulate_batch  # noqa: E402
+from mbfg.drivers.forward_dynamics import simulate_smoother  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mbfg  # noqa: E402
 from mbfg.resources import reference_path  # noqa: E402
 from _machine import machine_info  # noqa: E402
-from mbfg.inverse import solve_inverse_dynamics  # noqa: E402
+from mbfg.drivers.inverse_dynamics import solve_inverse_dynamics  # noqa: E402
 from mbfg.io import read_table, read_trajectory  # noqa: E402
 from mbfg.trajectories import l_path  # noqa: E402
 

@@ -25,7 +25,7 @@ import mbfg  # noqa: E402
 from _machine import machine_info  # noqa: E402
 from mbfg.estimation.particle import branch_sign, mirror_branch, particle_filter  # noqa: E402
 from mbfg.model.integrate import integrate_reference  # noqa: E402
-from mbfg.sensors import Gyroscope, SensorSet  # noqa: E402
+from mbfg.model.sensors import Gyroscope, SensorSet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DT, T_END = 5e-3, 1.5

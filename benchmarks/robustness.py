@@ -39,8 +39,8 @@ from mbfg.errors import MbfgError  # noqa: E402
 from mbfg.model import constraints as C  # noqa: E402
 from mbfg.model.integrate import integrate_reference, integrate_trapezoidal  # noqa: E402
 from mbfg.model.scales import mechanism_scales  # noqa: E402
-from mbfg.simulation import simulate_batch  # noqa: E402
-from mbfg.smoothing import simulate_smoother  # noqa: E402
+from mbfg.drivers.forward_dynamics import simulate_batch  # noqa: E402
+from mbfg.drivers.forward_dynamics import simulate_smoother  # noqa: E402
 from mbfg.testing import random_mechanisms  # noqa: E402
 
 MODES = {

@@ -24,7 +24,7 @@
 # steps and rows quantities; factors as small squares joined to the variables returned by
 # `factor.keys()`), and its size is printed.  Finally the dependent graph is linearized and
 # the sparsity pattern of its Jacobian is drawn, and the hand-built graph is solved and
-# compared with `mbfg.simulation.simulate_batch`.
+# compared with `mbfg.drivers.forward_dynamics.simulate_batch`.
 #
 # Run with `python examples/factor_graph_anatomy.py`; figures go to `$MBFG_FIGURES`
 # (default `docs/figures`).
@@ -50,7 +50,7 @@ from mbfg.factors import keys as K
 from mbfg.graphs.forward import LeastSquaresSettings
 from mbfg.graphs.inverse import InverseSettings
 from mbfg.model import dynamics, kinematics
-from mbfg.simulation import explicit_guess, simulate_batch
+from mbfg.drivers.forward_dynamics import explicit_guess, simulate_batch
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = Path(os.environ.get("MBFG_FIGURES") or REPO / "docs" / "figures")
@@ -319,7 +319,7 @@ draw_graph(inv, {"q": 0, "v": 1, "a": 2, "Q": 3}, OUT / "graph-inverse.png")
 # of the graph linearized at the current estimate.  Here it is linearized at a consistent
 # initial estimate: `q_0`, zero initial velocity and the model's accelerations
 # (`dynamics.forward_dynamics`), propagated over the 3 steps and projected on the constraints
-# by `mbfg.simulation.explicit_guess` (the batch driver's own initial estimate).  With the
+# by `mbfg.drivers.forward_dynamics.explicit_guess` (the batch driver's own initial estimate).  With the
 # variables ordered by time step (`q_k, qdot_k, qddot_k`), `A` is block-banded: a time step
 # couples only with its neighbours, through the integrators, which is why a batch solve of
 # N steps costs O(N).

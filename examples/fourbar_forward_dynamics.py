@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 
 import mbfg  # noqa: E402
 from mbfg.model.integrate import integrate_reference  # noqa: E402
-from mbfg.smoothing import simulate_smoother  # noqa: E402
+from mbfg.drivers.forward_dynamics import simulate_smoother  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = Path(os.environ.get("MBFG_FIGURES", ROOT / "docs" / "figures"))

@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 
 import mbfg  # noqa: E402
 from mbfg.resources import reference_path  # noqa: E402
-from mbfg.inverse import solve_inverse_dynamics  # noqa: E402
+from mbfg.drivers.inverse_dynamics import solve_inverse_dynamics  # noqa: E402
 from mbfg.io import read_table, read_trajectory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

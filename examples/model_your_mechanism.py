@@ -42,7 +42,7 @@ import numpy as np
 import mbfg
 from mbfg import plot as mplot
 from mbfg.model import inertia
-from mbfg.smoothing import simulate_smoother
+from mbfg.drivers.forward_dynamics import simulate_smoother
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = Path(os.environ.get("MBFG_FIGURES") or REPO / "docs" / "figures")

@@ -31,12 +31,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mbfg  # noqa: E402
-from mbfg.estimation import ekf_fe, estimate_batch, estimate_online, particle_filter, ukf  # noqa: E402
-from mbfg.estimation.harness import (ONLINE_FORCE_SETTINGS, metrics, review_fourbar,  # noqa: E402
-                                     sensor_setups, simulate_prototype)
+from mbfg.benchmarking.estimation_review import (metrics, review_fourbar,  # noqa: E402
+                                                 sensor_setups, simulate_prototype)
 from mbfg.estimation.particle import branch_sign, mirror_branch  # noqa: E402
 from mbfg.model.integrate import integrate_reference  # noqa: E402
-from mbfg.sensors import Gyroscope, SensorSet  # noqa: E402
+from mbfg.model.sensors import Gyroscope, SensorSet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = Path(os.environ.get("MBFG_FIGURES", ROOT / "docs" / "figures"))
@@ -45,7 +44,7 @@ QUICK = os.environ.get("MBFG_QUICK") == "1"
 T_END, DT = (2.5 if QUICK else 10.0), 5e-3
 warnings.simplefilter("ignore", RuntimeWarning)
 
-proto, model, q0_model = review_fourbar(ROOT)
+proto, model, q0_model = review_fourbar()
 truth = simulate_prototype(proto, T_END, DT)
 t = truth[0]
 k = model.coordinate_index("theta0")
@@ -56,26 +55,22 @@ print(f"prototype g = {proto.gravity[1]}, model g = {model.gravity[1]}; initial 
 # ## The review's benchmark: three sensor setups
 
 # %%
-ESTIMATORS = {
-    "fg-online": lambda S, r: estimate_online(model, S, r, DT, t.size, q0=q0_model, covariance=True),
-    # the same with an unknown, slowly varying force on every point coordinate: it can learn
-    # the model's wrong gravity (a constant generalized force in natural coordinates)
-    "fg-online+force": lambda S, r: estimate_online(model, S, r, DT, t.size, q0=q0_model,
-                                                    covariance=True,
-                                                    settings=ONLINE_FORCE_SETTINGS),
-    "fg-batch": lambda S, r: estimate_batch(model, S, r, DT, t.size, q0=q0_model),
-    "ekf_fe": lambda S, r: ekf_fe(model, S, r, DT, t.size, q0=q0_model),
-    "ukf": lambda S, r: ukf(model, S, r, DT, t.size, q0=q0_model),
-}
+# estimators by their registered names (mbfg.estimation.ESTIMATORS), with their options;
+# "fg-online+force" also estimates an unknown, slowly varying force on every point
+# coordinate: it can learn the model's wrong gravity (a constant generalized force in
+# natural coordinates)
+METHODS = {"fg-online": dict(covariance=True), "fg-online+force": dict(covariance=True),
+           "fg-batch": {}, "ekf_fe": {}, "ukf": {}}
 if QUICK:
-    del ESTIMATORS["ukf"]
+    del METHODS["ukf"]
 setups = sensor_setups()
 fig, axes = plt.subplots(len(setups), 1, figsize=(9, 3.2 * len(setups)), sharex=True)
 print("| setup | estimator | crank angle RMSE [rad] | after 2 s | ms/step |")
 print("|---|---|---:|---:|---:|")
 for ax, (name, sensors) in zip(axes, setups.items()):
     readings = sensors.synthesize(proto, *truth, rng=np.random.default_rng(0))
-    results = {label: fn(sensors, readings) for label, fn in ESTIMATORS.items()}
+    results = {name: mbfg.estimate(model, sensors, readings, DT, t.size, method=name,
+                                   q0=q0_model, **options) for name, options in METHODS.items()}
     for label, res in results.items():
         m = metrics(res, truth, k, DT)
         print(f"| {name} | {label} | {m['pos_rmse']:.5f} | {m['pos_rmse_after']:.5f} | "
@@ -106,15 +101,15 @@ fig.savefig(FIGURES / "estimation-review-fourbar.png", dpi=110)
 # branch is decided.
 
 # %%
-pf_mech = mbfg.load_mechanism(ROOT / "mechanisms" / "fourbar-pf2015.yaml")
+pf_mech = mbfg.load_mechanism("fourbar-pf2015")
 q_lower = mirror_branch(pf_mech, pf_mech.q0)
 ref = integrate_reference(pf_mech, 1.5, DT, q0=q_lower)
 gyro = SensorSet([Gyroscope(body=2, sigma=np.radians(0.3))])
 pf_readings = gyro.synthesize(pf_mech, ref.t, ref.q, ref.qd, ref.qdd, rng=np.random.default_rng(3))
 true_branch = int(branch_sign(pf_mech, ref.q[0]))
-pf = particle_filter(pf_mech, gyro, pf_readings, DT, ref.t.size, seed=3, n_particles=100,
-                     initial_particles=1000, sigma_a=10.0, zd_max=0.5, sensor_sigmas=np.radians(1.0),
-                     true_branch=true_branch)
+pf = mbfg.estimate(pf_mech, gyro, pf_readings, DT, ref.t.size, method="pf", seed=3,
+                   n_particles=100, initial_particles=1000, sigma_a=10.0, zd_max=0.5,
+                   sensor_sigmas=np.radians(1.0), true_branch=true_branch)
 p = pf.stats["branch_probability"]
 first = int(np.argmax(p > 0.99)) if np.any(p > 0.99) else None
 after = ref.t >= 0.5

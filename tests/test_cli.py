@@ -163,7 +163,7 @@ def test_estimate_with_unknown_force(tmp_path, capsys):
     code, _, err = run(["estimate", mech, "--sensors", str(sensors), "--readings", str(readings),
                         "--unknown-force", "points", "--out", str(est), "--quiet"], capsys)
     assert code == 0, err
-    forces = np.load(est)["forces"]
+    forces = np.load(est)["Q"]
     assert forces.shape == (61, 5) and np.all(forces[:, 4] == 0.0)   # none on theta0
     for bad, method in (("x1,nope", "smoother"), ("points", "ekf")):
         code, _, err = run(["estimate", mech, "--sensors", str(sensors), "--readings",
@@ -184,9 +184,9 @@ def test_estimate_bad_readings_file(tmp_path, capsys):
 def test_a_failed_simulation_saves_what_it_computed(tmp_path, capsys, monkeypatch):
     """A run that stops (here: one Gauss-Newton update allowed per 20 ms step) reports one
     line, exits 2 and still writes the trajectory up to the failure."""
-    import mbfg.smoothing
-    real = mbfg.smoothing.simulate_smoother
-    monkeypatch.setattr(mbfg.smoothing, "simulate_smoother",
+    import mbfg.drivers.forward_dynamics
+    real = mbfg.drivers.forward_dynamics.simulate_smoother
+    monkeypatch.setattr(mbfg.drivers.forward_dynamics, "simulate_smoother",
                         lambda *a, **k: real(*a, **{**k, "max_iterations": 1}))
     out = tmp_path / "partial.npz"
     code, _, err = run(["simulate", str(MECHANISMS / "fourbar.yaml"), "--dt", "0.02",

@@ -7,7 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from mbfg import commands, errors
+from mbfg import errors
+from mbfg.cli import commands
 from mbfg.cli import main
 
 FOURBAR = "fourbar"
@@ -34,13 +35,13 @@ def no_computation(monkeypatch):
     """Fail loudly (exit 1, 'internal error') if a solver is reached: the option checks must
     come first."""
     import mbfg.model.integrate
-    import mbfg.simulation
-    import mbfg.smoothing
+    import mbfg.drivers.forward_dynamics
+    import mbfg.drivers.forward_dynamics
 
     def boom(*a, **k):
         raise AssertionError("the computation started")
-    monkeypatch.setattr(mbfg.smoothing, "simulate_smoother", boom)
-    monkeypatch.setattr(mbfg.simulation, "simulate_batch", boom)
+    monkeypatch.setattr(mbfg.drivers.forward_dynamics, "simulate_smoother", boom)
+    monkeypatch.setattr(mbfg.drivers.forward_dynamics, "simulate_batch", boom)
     monkeypatch.setattr(mbfg.model.integrate, "integrate_reference", boom)
 
 

@@ -2,12 +2,13 @@
 import numpy as np
 import pytest
 
-from mbfg.estimation import (EstimationResult, EstimatorSettings, estimate_batch,
-                             estimate_online)
-from mbfg.estimation.harness import (ESTIMATORS, ONLINE_FORCE_SETTINGS, register,
-                                     review_fourbar, run_case, sensor_setups,
-                                     simulate_prototype)
-from mbfg.sensors import Gyroscope, SensorSet
+import mbfg
+from mbfg.benchmarking.estimation_review import (review_fourbar, run_case, sensor_setups,
+                                                 simulate_prototype)
+from mbfg.errors import UsageError
+from mbfg.estimation import (ESTIMATORS, ONLINE_FORCE_SETTINGS, EstimationResult,
+                             EstimatorSettings, estimate_batch, estimate_online, register)
+from mbfg.model.sensors import Gyroscope, SensorSet
 
 DT = 0.005
 T_END = 3.0
@@ -113,10 +114,28 @@ def test_same_seed_same_result(fourbar):
 
 
 def test_registry_accepts_new_estimators():
-    assert {"fg-online", "fg-batch"} <= set(ESTIMATORS)
-    register("dummy-test", lambda *a, **kw: None)
-    assert "dummy-test" in ESTIMATORS
-    del ESTIMATORS["dummy-test"]
+    assert {"fg-online", "fg-batch", "ekf", "ekf_fe", "ukf", "dekf", "pf"} <= set(ESTIMATORS)
+    register("dummy-test", lambda *a, **kw: "ran", window=3)
+    try:
+        assert mbfg.estimate(None, None, None, 0.1, 2, method="dummy-test") == "ran"
+    finally:
+        del ESTIMATORS["dummy-test"]
+
+
+def test_estimate_by_name_is_the_estimator_and_is_reproducible(fourbar):
+    """mbfg.estimate runs a registered estimator with its defaults; same seed, same result."""
+    proto, model, q0, truth = fourbar
+    sensors = sensor_setups()["encoder"]
+    readings = _readings(proto, sensors, truth, 3)
+    n = 60
+    direct = estimate_online(model, sensors, readings, DT, n, window=10, q0=q0)
+    by_name = mbfg.estimate(model, sensors, readings, DT, n, method="fg-online", q0=q0)
+    assert np.array_equal(direct.q, by_name.q) and by_name.name == "fg-online"
+    pf = [mbfg.estimate(model, sensors, readings, DT, n, method="pf", seed=s, q0=q0,
+                        n_particles=50) for s in (4, 4, 5)]
+    assert np.array_equal(pf[0].q, pf[1].q) and not np.array_equal(pf[0].q, pf[2].q)
+    with pytest.raises(UsageError, match="unknown estimator 'nope'.*fg-online"):
+        mbfg.estimate(model, sensors, readings, DT, n, method="nope")
 
 
 def test_estimated_force_state(fourbar):
@@ -163,14 +182,14 @@ def test_point_force_state_learns_the_gravity_error(fourbar):
     readings = _readings(proto, sensors, truth, 4)
     n = len(truth[0])
     res = estimate_online(model, sensors, readings, DT, n, q0=q0, settings=ONLINE_FORCE_SETTINGS)
-    assert res.forces.shape == (n, model.n)
+    assert res.Q.shape == (n, model.n)
     k = model.coordinate_index("theta0")
-    assert np.all(res.forces[:, k] == 0.0)          # no force state on the angle itself
+    assert np.all(res.Q[:, k] == 0.0)          # no force state on the angle itself
     dQ = proto.gravity_forces() - model.gravity_forces()
     i0 = int(round(1.0 / DT))
     R = model_state(model, truth[1][i0:], [k], truth[2][i0:, [k]]).R[:, :, 0]
     true_torque = R @ dQ
-    est_torque = np.einsum("ti,ti->t", R, res.forces[i0:])
+    est_torque = np.einsum("ti,ti->t", R, res.Q[i0:])
     rms = lambda x: float(np.sqrt(np.mean(x ** 2)))  # noqa: E731
     assert rms(true_torque) > 1.0                    # the error is not negligible
     assert rms(est_torque - true_torque) < 0.3 * rms(true_torque), (

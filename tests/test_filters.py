@@ -11,7 +11,7 @@ import mbfg
 from mbfg.estimation import kalman as KF
 from mbfg.estimation.particle import branch_sign, mirror_branch, particle_filter
 from mbfg.model.integrate import integrate_reference
-from mbfg.sensors import AngleEncoder, Gyroscope, SensorSet
+from mbfg.model.sensors import AngleEncoder, Gyroscope, SensorSet
 
 from conftest import MECHANISMS
 
@@ -85,7 +85,7 @@ def test_broken_filter_would_fail():
 
 def test_observation_jacobian_matches_finite_differences():
     mech, _, _, _ = _review_case()
-    from mbfg.sensors import Accelerometer
+    from mbfg.model.sensors import Accelerometer
     sensors = SensorSet([Gyroscope(body=1, sigma=1.0), Gyroscope(body=0, sigma=1.0),
                          Accelerometer(body=1, point=(4.0, 0.0), axis=0.3, sigma=0.1)])
     idx = np.array([4])

@@ -7,8 +7,8 @@ import pytest
 from conftest import fd_states, load
 from mbfg.graphs.forward import ForwardProblem, ForwardSettings
 from mbfg.graphs.links import IntegratorLinks
-from mbfg.simulation import _initial_state, make_problem, simulate_batch
-from mbfg.smoothing import simulate_smoother
+from mbfg.drivers.forward_dynamics import _initial_state, make_problem, simulate_batch
+from mbfg.drivers.forward_dynamics import simulate_smoother
 from mbfg.testing import check_jacobian
 
 
@@ -29,7 +29,7 @@ def test_link_jacobians_match_central_differences(name, coords, integrator):
     rng = np.random.default_rng(7)
     problem = make_problem(mech, 1e-2, coords, integrator, None, mech.q0,
                            ForwardSettings(dt=1e-2, integrator=integrator),
-                           forces=lambda steps: np.outer(1.0 + steps, np.linspace(-1, 1, mech.n)))
+                           forces=lambda t: (1.0 + t / 1e-2) * np.linspace(-1, 1, mech.n))
     X = _two_steps(name, problem, rng)
     plan = problem.link_plan(X[1:])
     plan[:, -1] = 1  # the energy row on, whatever the speed
@@ -57,7 +57,7 @@ def test_weights_do_not_change_the_solution():
     problem._sig = {k: v * np.random.default_rng(1).uniform(0.1, 10.0, np.shape(v))
                     for k, v in problem._sig.items()}
     from mbfg.solvers.batch import optimize
-    from mbfg.simulation import explicit_guess
+    from mbfg.drivers.forward_dynamics import explicit_guess
     q, v, a = explicit_guess(mech, q0, v0, 1e-3, 200)
     X = problem.pack(q, v, a)
     plan = problem.link_plan(X[1:])

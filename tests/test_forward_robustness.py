@@ -14,8 +14,8 @@ import pytest
 from mbfg.model import constraints as C
 from mbfg.model.integrate import integrate_reference, integrate_trapezoidal
 from mbfg.model.scales import mechanism_scales
-from mbfg.simulation import simulate_batch
-from mbfg.smoothing import simulate_smoother
+from mbfg.drivers.forward_dynamics import simulate_batch
+from mbfg.drivers.forward_dynamics import simulate_smoother
 from mbfg.testing import FAMILIES, random_mechanism, random_mechanisms
 
 T_END, DT = 0.3, 1e-3

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import load, reference_file
 from mbfg.errors import MbfgError
-from mbfg.inverse import solve_inverse_dynamics
+from mbfg.drivers.inverse_dynamics import solve_inverse_dynamics
 from mbfg.io import read_table, read_trajectory
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K

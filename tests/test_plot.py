@@ -28,7 +28,7 @@ def mech(name):
 @lru_cache(maxsize=None)
 def fourbar_run():
     """5 frames of the four-bar falling from rest (t = 0 ... 0.02 s)."""
-    from mbfg.simulation import simulate_batch
+    from mbfg.drivers.forward_dynamics import simulate_batch
     return simulate_batch(mech("fourbar"), t_end=0.02, dt=0.005)
 
 

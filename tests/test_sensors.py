@@ -19,7 +19,7 @@ from mbfg.errors import SchemaError, UndefinedVariableError, YamlSyntaxError
 from mbfg.factors import keys as K
 from mbfg.factors.checking import check_factor_jacobians
 from mbfg.factors.sensors import observation_residual
-from mbfg.sensors import (Accelerometer, AngleEncoder, Distance, Gyroscope, Marker, Readings,
+from mbfg.model.sensors import (Accelerometer, AngleEncoder, Distance, Gyroscope, Marker, Readings,
                           SensorSet, load_sensors, parse_sensors, wrap_angle)
 from mbfg.testing import check_jacobian
 

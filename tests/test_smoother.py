@@ -10,8 +10,8 @@ from conftest import load
 from mbfg.errors import ConvergenceError
 from mbfg.model import constraints as C
 from mbfg.model.integrate import integrate_reference
-from mbfg.simulation import _initial_state, make_problem, simulate_batch
-from mbfg.smoothing import simulate_smoother
+from mbfg.drivers.forward_dynamics import _initial_state, make_problem, simulate_batch
+from mbfg.drivers.forward_dynamics import simulate_smoother
 from mbfg.solvers.smoother import FixedLagSmoother, prediction_matrix
 
 

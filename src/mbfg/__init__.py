@@ -42,34 +42,49 @@ def mechanism_from_yaml(text: str, source: str | None = None) -> Mechanism:
 
 def simulate(mech: Mechanism, t_end: float, dt: float = 1e-3, *, solver: str = "smoother",
              coords: str = "dependent", integrator: str = "trapezoidal", window: int = 2,
-             q0=None, qd0=None, progress=None):
+             q0=None, qd0=None, forces=None, progress=None):
     """Forward dynamics of ``mech`` released at (q0, qd0) (default: its assembled ``q0`` at
     rest) for ``t_end`` seconds at step ``dt`` [s].
 
     ``solver``: ``"smoother"`` (fixed-lag smoother of ``window`` steps,
-    :func:`mbfg.smoothing.simulate_smoother`) or ``"batch"`` (causal batch segments,
-    :func:`mbfg.simulation.simulate_batch`); both solve the same energy-consistent graph
-    (docs/theory.md, section 5).  Returns a frozen-shape
-    :class:`~mbfg.results.TrajectoryResult` (t, q, qd, qdd, ... as arrays).  Raises
+    :func:`mbfg.drivers.forward_dynamics.simulate_smoother`) or ``"batch"`` (causal batch segments,
+    :func:`mbfg.drivers.forward_dynamics.simulate_batch`); both solve the same energy-consistent graph
+    (docs/theory.md, section 5).  ``forces``: applied generalized forces besides gravity
+    [N, N m], None, (n,) or a callable of the time t [s] returning (n,)
+    (:mod:`mbfg.model.forces`, the convention of every driver).  Returns a frozen
+    :class:`~mbfg.results.TrajectoryResult` (t, q, qd, qdd, Q as arrays).  Raises
     :class:`~mbfg.errors.ConvergenceError` or :class:`~mbfg.errors.LockupError`, whose
     ``partial`` holds the trajectory computed before the failure."""
     if solver == "smoother":
-        from mbfg.smoothing import simulate_smoother
+        from mbfg.drivers.forward_dynamics import simulate_smoother
         return simulate_smoother(mech, t_end, dt, coords=coords, integrator=integrator,
-                                 window=window, q0=q0, qd0=qd0, progress=progress)
+                                 window=window, q0=q0, qd0=qd0, forces=forces,
+                                 progress=progress)
     if solver == "batch":
-        from mbfg.simulation import simulate_batch
+        from mbfg.drivers.forward_dynamics import simulate_batch
         return simulate_batch(mech, t_end, dt, coords=coords, integrator=integrator, q0=q0,
-                              qd0=qd0, progress=progress)
+                              qd0=qd0, forces=forces, progress=progress)
     raise errors.UsageError(f"solver must be 'smoother' or 'batch', got {solver!r}")
 
 
 def solve_inverse_dynamics(mech: Mechanism, t, desired, imposed, actuated=None, **settings):
     """Forces on the ``actuated`` coordinates that make ``q[imposed]`` follow ``desired``
-    (T, len(imposed)) at times ``t`` (T,) [s]; see :func:`mbfg.inverse.solve_inverse_dynamics`
+    (T, len(imposed)) at times ``t`` (T,) [s]; see :func:`mbfg.drivers.inverse_dynamics.solve_inverse_dynamics`
     for the settings."""
-    from mbfg.inverse import solve_inverse_dynamics as solve
+    from mbfg.drivers.inverse_dynamics import solve_inverse_dynamics as solve
     return solve(mech, t, desired, imposed, actuated, **settings)
+
+
+def estimate(model: Mechanism, sensors, readings, dt: float, n_steps: int, *,
+             method: str = "fg-online", seed: int = 0, progress=None, **options):
+    """State estimates of ``model`` from sensor ``readings`` (one ``(steps, values)`` per
+    sensor) on the grid ``k dt``, k < ``n_steps``, by the estimator ``method`` of the one
+    registry :data:`mbfg.estimation.ESTIMATORS` (``"fg-online"``, ``"fg-batch"``, ``"ekf"``,
+    ``"ukf"``, ``"pf"``, ...).  Returns a frozen :class:`~mbfg.results.EstimationResult`;
+    see :func:`mbfg.estimation.estimate` for the options."""
+    from mbfg.estimation.registry import estimate as run
+    return run(model, sensors, readings, dt, n_steps, method=method, seed=seed,
+               progress=progress, **options)
 
 
 def _build(spec) -> Mechanism:
@@ -83,5 +98,5 @@ def _build(spec) -> Mechanism:
                                    file=spec.source) from None
 
 
-__all__ = ["load_mechanism", "mechanism_from_yaml", "simulate", "solve_inverse_dynamics", "Mechanism", "build_mechanism",
-           "MbfgError", "errors", "__version__"]
+__all__ = ["load_mechanism", "mechanism_from_yaml", "simulate", "solve_inverse_dynamics",
+           "estimate", "Mechanism", "build_mechanism", "MbfgError", "errors", "__version__"]

@@ -131,7 +131,7 @@ def _check_whitened(path, t, vals, sensors) -> None:
 def read_readings(path, sensors):
     """Inverse of :func:`write_readings`: ``(t, readings)`` with one ``Readings(steps,
     values)`` per sensor; rows where a sensor's columns are ``nan`` are absent readings."""
-    from mbfg.sensors import Readings
+    from mbfg.model.sensors import Readings
     t, vals = read_trajectory(path, columns=sensors.dim, allow_nan=True)
     _check_whitened(path, t, vals, sensors)
     out, c = [], 0

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import gtsam
 import numpy as np
 
-from mbfg.estimation.result import EstimationResult
+from mbfg.results import EstimationResult, Stats
 from mbfg.factors.sensors import observation_residual
 from mbfg.graphs import linear_blocks as L
 from mbfg.graphs import terms as T
@@ -165,7 +165,7 @@ class ObservedProblem(LeastSquaresProblem):
     """Dependent-coordinate forward problem plus observation factors and loose initial priors.
 
     ``readings``: one ``(steps, values)`` per sensor (as returned by
-    :meth:`mbfg.sensors.SensorSet.synthesize`); ``n_steps`` the length of the time grid."""
+    :meth:`mbfg.model.sensors.SensorSet.synthesize`); ``n_steps`` the length of the time grid."""
 
     def __init__(self, mech, sensors, readings, n_steps, est: EstimatorSettings, dt):
         super().__init__(mech, est.forward_settings(dt), "dependent")
@@ -336,21 +336,18 @@ def estimate_online(model, sensors, readings, dt, n_steps, *, window=10, setting
     X[sm.first:sm.first + sm.W.shape[0]] = sm.W
     seconds = time.perf_counter() - t0
     p, s = lay.unpack(causal), lay.unpack(X)
+    z_std, zd_std = _stds(model, covs) if covariance else (None, None)
+    stats = Stats.of("fg-online", seconds, N, sm.iterations, converged=not sm.unconverged,
+                     window=int(window), max_iterations_per_step=sm.max_iterations_per_step,
+                     fallbacks=sm.fallbacks, unconverged_steps=sm.unconverged)
     res = EstimationResult("fg-online", np.arange(N) * dt, p["q"], p["v"], p["a"],
-                           s["q"], s["v"], s["a"],
-                           stats=dict(ms_per_step=1e3 * seconds / max(N, 1), seconds=seconds,
-                                      window=int(window), iterations=sm.iterations,
-                                      max_iterations_per_step=sm.max_iterations_per_step,
-                                      fallbacks=sm.fallbacks,
-                                      unconverged_steps=sm.unconverged),
-                           forces=_forces(problem, p))
+                           s["q"], s["v"], s["a"], z_std=z_std, zd_std=zd_std,
+                           Q=_forces(problem, p), stats=stats)
     if sm.unconverged:
         import warnings
         warnings.warn(f"fg-online: {sm.unconverged} of {N} window solves did not converge within "
                       f"{sm.max_iterations} iterations; their estimates are the best damped "
                       f"solution (stats['unconverged_steps'])", RuntimeWarning, stacklevel=2)
-    if covariance:
-        res.z_std, res.zd_std = _stds(model, covs)
     return res
 
 
@@ -399,12 +396,9 @@ def estimate_batch(model, sensors, readings, dt, n_steps, *, settings=None, q0=N
         covs = _chain_marginals(linearize(terms, X, keys), keys, lay.dim)
     seconds = time.perf_counter() - t0
     p = lay.unpack(X)
-    res = EstimationResult("fg-batch", steps * dt, p["q"], p["v"], p["a"],
-                           p["q"].copy(), p["v"].copy(), p["a"].copy(),
-                           stats=dict(ms_per_step=1e3 * seconds / max(N, 1), seconds=seconds,
-                                      iterations=st.iterations, final_error=st.final_error,
-                                      converged=st.converged),
-                           forces=_forces(problem, p))
-    if covariance:
-        res.z_std, res.zd_std = _stds(model, covs)
-    return res
+    z_std, zd_std = _stds(model, covs) if covariance else (None, None)
+    return EstimationResult("fg-batch", steps * dt, p["q"], p["v"], p["a"],
+                            p["q"].copy(), p["v"].copy(), p["a"].copy(),
+                            z_std=z_std, zd_std=zd_std, Q=_forces(problem, p),
+                            stats=Stats.of("fg-batch", seconds, N, st.iterations, st.converged,
+                                           final_error=st.final_error))

@@ -9,7 +9,7 @@ Every filter is a pure function
         -> EstimationResult
 
 ``model`` is the (possibly wrong) :class:`~mbfg.model.mechanism.Mechanism` the filter believes,
-``sensors`` a :class:`~mbfg.sensors.SensorSet` (or a sequence of sensors) and ``readings`` the
+``sensors`` a :class:`~mbfg.model.sensors.SensorSet` (or a sequence of sensors) and ``readings`` the
 per-sensor ``(steps, values)`` of :meth:`SensorSet.synthesize`.  ``q0, qd0`` are the initial
 guess (default ``model.q0`` at rest).  The filter state is the independent coordinates
 x = [z, zdot] (plus zddot for errorEKF_FE); z = q[indices] with ``indices`` chosen by
@@ -54,11 +54,12 @@ import time
 
 import numpy as np
 
-from mbfg.estimation.result import EstimationResult
+from mbfg.results import EstimationResult, Stats
 from mbfg.model import constraints as C
 from mbfg.model.dynamics import forward_dynamics_jacobians
+from mbfg.model.forces import force_function
 from mbfg.model.kinematics import choose_independent_coordinates, selection_matrix
-from mbfg.sensors import SensorSet
+from mbfg.model.sensors import SensorSet
 
 __all__ = ["ekf", "ekf_fe", "ukf", "dekf", "assemble_batch", "model_state",
            "REVIEW_P0", "REVIEW_QC", "REVIEW_SIGMA2_FE"]
@@ -145,17 +146,6 @@ def model_state(model, q, indices, zd, Q=None, zdd=None):
     st.q, st.qd, st.zdd, st.R, st.S, st.c, st.Mbar, st.rows = q, qd, np.asarray(zdd, float), R, S, c, Mbar, rows
     st.qdd = Sc + np.einsum("...ij,...j->...i", R, st.zdd)
     return st
-
-
-def _force_fn(forces, n):
-    if forces is None:
-        return lambda t: None
-    if callable(forces):
-        return forces
-    const = np.asarray(forces, float)
-    if const.shape != (n,):
-        raise ValueError(f"forces must be (n,) = ({n},) or callable t -> (n,)")
-    return lambda t: const
 
 
 def _applied(Qfun, t, Qz, idx, n, N):
@@ -320,8 +310,7 @@ def _setup(model, q0, qd0, indices):
 
 
 def _result(name, dt, Q, QD, QDD, zstd, zdstd, t0, n_steps, stats):
-    stats = dict(stats)
-    stats["ms_per_step"] = 1e3 * (time.perf_counter() - t0) / max(n_steps, 1)
+    stats = Stats.of(name, time.perf_counter() - t0, n_steps, n_steps, **stats)
     return EstimationResult(name=name, t=np.arange(n_steps) * dt, q=Q, qd=QD, qdd=QDD,
                             z_std=zstd, zd_std=zdstd, stats=stats)
 
@@ -337,7 +326,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
     q, idx, zd = _setup(model, q0, qd0, indices)
     d = idx.size
     n = model.n
-    Qfun = _force_fn(forces, n)
+    Qfun = force_function(forces, n)
     l = 3 * d if fe else 2 * d
     P = np.eye(l) * p0
     I = np.eye(d)
@@ -484,7 +473,7 @@ def ukf(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, qd0=None,
     sensors, sig, per_step = _prepare(model, sensors, readings, n_steps, sensor_sigmas)
     q, idx, zd0 = _setup(model, q0, qd0, indices)
     d, n = idx.size, model.n
-    Qfun = _force_fn(forces, n)
+    Qfun = force_function(forces, n)
     l = 2 * d
     lam = alpha ** 2 * (l + kappa) - l
     zeta = np.sqrt(l + lam)
@@ -551,7 +540,3 @@ def ukf(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, qd0=None,
     stats = {"indices": tuple(int(i) for i in idx), "integrator": integrator,
              "alpha": alpha, "beta": beta, "kappa": kappa, "assembly_failures": n_fail}
     return _result("ukf", dt, out_q, out_qd, out_qdd, zstd, zdstd, t0, n_steps, stats)
-
-
-ESTIMATORS = {"ekf": ekf, "ekf_fe": ekf_fe, "ukf": ukf, "dekf": dekf}
-"""Registered with :func:`mbfg.estimation.harness.load_estimators`."""

@@ -30,8 +30,9 @@ import time
 
 import numpy as np
 
-from mbfg.estimation.kalman import (_applied, _force_fn, _measure, _prepare, _residual,
+from mbfg.estimation.kalman import (_applied, _measure, _prepare, _residual,
                                     _result, _setup, assemble_batch, model_state)
+from mbfg.model.forces import force_function
 
 __all__ = ["particle_filter", "branch_sign", "default_branch_points", "mirror_branch"]
 
@@ -180,7 +181,7 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
     q0a = qa[0]
     d, n, M_target = idx.size, model.n, int(n_particles)
     M = max(int(initial_particles or 0), M_target)  # current population size
-    Qfun = _force_fn(forces, n)
+    Qfun = force_function(forces, n)
     pts = default_branch_points(model) if branch_points is None else tuple(branch_points)
     angular = np.isin(idx, model.angle_coords)
     b0 = int(branch_sign(model, q0a, pts))
@@ -314,7 +315,3 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
         tb = int(np.sign(true_branch))
         stats["branch_probability"] = p_plus if tb > 0 else 1.0 - p_plus
     return _result("pf", dt, out_q, out_qd, out_qdd, zstd, zdstd, t0, n_steps, stats)
-
-
-ESTIMATORS = {"pf": particle_filter}
-"""Registered with :func:`mbfg.estimation.harness.load_estimators`."""

@@ -1,7 +1,7 @@
 """Observation factors: one sensor reading on the variables the sensor depends on.
 
 The error is ``e = h(x) - z`` with h the sensor's measurement function
-(:mod:`mbfg.sensors`) and z the reading; for angle encoders it is the wrapped difference
+(:mod:`mbfg.model.sensors`) and z the reading; for angle encoders it is the wrapped difference
 ``atan2(sin(h - z), cos(h - z))`` so that readings near +-pi compare correctly.  Jacobians are
 the sensor's exact ones (the wrap has unit derivative).
 
@@ -77,7 +77,7 @@ def observation_factor(mech, sensor, reading, keys, sigma=None):
     Parameters
     ----------
     mech : Mechanism
-    sensor : mbfg.sensors.Sensor
+    sensor : mbfg.model.sensors.Sensor
     reading : float or (k,) array
         The measured value z_k (sensor units; a marker has k = 2).
     keys : dict

@@ -29,6 +29,8 @@ from mbfg.graphs import linear_blocks as L
 from mbfg.graphs import terms as T
 from mbfg.graphs.layout import StepLayout, dependent_layout, independent_layout
 from mbfg.graphs.links import IntegratorLinks
+from mbfg.model.dynamics import forward_dynamics
+from mbfg.model.forces import forces_at
 from mbfg.model.partition import best_coordinates, partition_along
 from mbfg.model.scales import mechanism_scales
 
@@ -71,7 +73,21 @@ def _with_alpha(layout: StepLayout) -> StepLayout:
     return StepLayout(layout.slots + (("alpha", 1),), layout.char)
 
 
-class ForwardProblem:
+class _AppliedForces:
+    """What every forward problem computes from ``mech``, ``settings.dt`` and ``forces``."""
+
+    def applied_forces(self, steps):
+        """(T, n) applied forces at ``steps`` (times ``steps * dt``), or None."""
+        return forces_at(self.forces, np.asarray(steps) * self.settings.dt, self.mech.n)
+
+    def initial_accelerations(self, q, v, step: int = 0) -> np.ndarray:
+        """Accelerations (n,) of the model at (q, v) and step ``step`` (Eq. 6): the initial
+        guess of a solver."""
+        Q = self.applied_forces(np.array([step]))
+        return forward_dynamics(self.mech, q, v, None if Q is None else Q[0])
+
+
+class ForwardProblem(_AppliedForces):
     """Factor definitions of the energy-consistent forward-dynamics graph for any range of
     steps (see the module docstring).
 
@@ -81,8 +97,9 @@ class ForwardProblem:
     settings : ForwardSettings
     coords : "dependent" or "independent"
     indices : independent coordinates (required for "independent")
-    forces : None, (n,) or callable steps (T,) -> (T, n)
-        Applied generalized forces [N, N m] (gravity is implicit).
+    forces : None, (n,) or callable t -> (n,)
+        Applied generalized forces [N, N m] besides gravity, of the time t = k dt [s]
+        (:mod:`mbfg.model.forces`).
     """
 
     #: square and causal: a step's own rows and the link into it determine it, so a
@@ -114,15 +131,6 @@ class ForwardProblem:
             scale.update(z=ci, zd=ci / dt, zdd=ci / dt ** 2)
         self.step_scale = np.concatenate([np.broadcast_to(scale[nm], (sz,))
                                           for nm, sz in self.layout.slots])
-
-    # ------------------------------------------------------------------ forces
-    def applied_forces(self, steps):
-        """(T, n) applied forces at ``steps``, or None."""
-        if self.forces is None:
-            return None
-        if callable(self.forces):
-            return np.asarray(self.forces(np.asarray(steps, int)), float)
-        return np.broadcast_to(np.asarray(self.forces, float), (len(steps), self.mech.n))
 
     # ------------------------------------------------------------------ terms
     def initial_priors(self, q_start, v_start, row: int = 0) -> list:
@@ -280,7 +288,7 @@ class LeastSquaresSettings:
                                1e-4 if self.integrator == "trapezoidal" else 1e-6)
 
 
-class LeastSquaresProblem:
+class LeastSquaresProblem(_AppliedForces):
     """The paper's forward-dynamics graph (Figs. 2-3: constraint factors at every level plus
     integrators on every coordinate, over-determined and solved in the least-squares sense
     with the sigmas of :class:`LeastSquaresSettings`) for any range of steps.  State
@@ -292,7 +300,9 @@ class LeastSquaresProblem:
     settings : LeastSquaresSettings
     coords : "dependent" or "independent"
     indices : independent coordinates (required for "independent")
-    forces : None, (n,) or callable k -> (n,) applied generalized forces (gravity is implicit)
+    forces : None, (n,) or callable t -> (n,)
+        Applied generalized forces besides gravity, of the time t = k dt [s]
+        (:mod:`mbfg.model.forces`).
     """
 
     def __init__(self, mech, settings: LeastSquaresSettings, coords="dependent", indices=None,
@@ -365,7 +375,7 @@ class LeastSquaresProblem:
 
     def nonlinear_term(self, steps, rows):
         s, mech = self.settings, self.mech
-        forces = self.forces(steps) if callable(self.forces) else self.forces
+        forces = self.applied_forces(steps)
         fams = [(T.position_constraints_residual(mech), s.sigma_constraints),
                 (T.velocity_constraints_residual(mech), s.sigma_constraints)]
         if self.coords == "dependent":

@@ -21,6 +21,7 @@ from scipy.integrate import solve_ivp
 from mbfg.errors import ConvergenceError, SolverError
 from mbfg.model import kinematics as K
 from mbfg.model.dynamics import Baumgarte, forward_dynamics, forward_dynamics_jacobians
+from mbfg.model.forces import force_function
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ def integrate_reference(mech, t_end: float, dt: float, *, q0=None, qd0=None, for
         Final time and output interval [s].
     q0, qd0 : (n,), optional
         Initial state; default ``mech.q0`` at rest.  qd0 is projected onto Phi_q qdot = 0.
-    forces : callable t -> (n,) or (n,) array, optional
-        Applied generalized forces (gravity is always included).
+    forces : None, (n,) or callable t -> (n,), optional
+        Applied generalized forces besides gravity (:mod:`mbfg.model.forces`).
     rtol, atol : float
         solve_ivp tolerances (down to 1e-12 or lower).
     baumgarte : Baumgarte, optional
@@ -59,13 +60,7 @@ def integrate_reference(mech, t_end: float, dt: float, *, q0=None, qd0=None, for
     n = mech.n
     q = np.array(mech.q0 if q0 is None else q0, float)
     qd = np.zeros(n) if qd0 is None else K.project_velocity(mech, q, np.asarray(qd0, float))
-    if forces is None:
-        force_at = lambda t: None  # noqa: E731
-    elif callable(forces):
-        force_at = forces
-    else:
-        const = np.asarray(forces, float)
-        force_at = lambda t: const  # noqa: E731
+    force_at = force_function(forces, n)
 
     def rhs(t, y):
         qq, vv = y[:n], y[n:]
@@ -114,8 +109,8 @@ def integrate_trapezoidal(mech, t_end: float, dt: float, *, q0=None, qd0=None, f
     q0, qd0 : (n,), optional
         Initial state; default ``mech.q0`` at rest.  qd0 is projected onto Phi_q qdot = 0, as
         in :func:`integrate_reference`.
-    forces : callable t -> (n,) or (n,) array, optional
-        Applied generalized forces (gravity is always included).
+    forces : None, (n,) or callable t -> (n,), optional
+        Applied generalized forces besides gravity (:mod:`mbfg.model.forces`).
     tol : float
         Unit-free Newton tolerance: a step has converged when the last Newton correction of
         every coordinate, dt/2 |dv_i|, is at most ``tol`` times the size of its kind of
@@ -144,13 +139,7 @@ def integrate_trapezoidal(mech, t_end: float, dt: float, *, q0=None, qd0=None, f
     n = mech.n
     q = np.array(mech.q0 if q0 is None else q0, float)
     v = np.zeros(n) if qd0 is None else K.project_velocity(mech, q, np.asarray(qd0, float))
-    if forces is None:
-        force_at = lambda t: None  # noqa: E731
-    elif callable(forces):
-        force_at = forces
-    else:
-        const = np.asarray(forces, float)
-        force_at = lambda t: const  # noqa: E731
+    force_at = force_function(forces, n)
     angle = np.zeros(n, bool)
     angle[np.asarray(mech.angle_coords, int)] = True
     steps = int(round(t_end / dt))

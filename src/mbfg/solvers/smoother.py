@@ -200,11 +200,8 @@ class FixedLagSmoother:
         """Start at step 0 with the problem's initial priors on (q0, v0); ``a0`` is only the
         initial guess of the accelerations (default: the model's)."""
         if a0 is None:
-            from mbfg.model.dynamics import forward_dynamics
-            forces = self.problem.forces
-            Q = forces(np.array([0]))[0] if callable(forces) else forces
-            a0 = forward_dynamics(self.problem.mech, np.asarray(q0, float),
-                                  np.asarray(v0, float), Q)
+            a0 = self.problem.initial_accelerations(np.asarray(q0, float),
+                                                    np.asarray(v0, float))
         self.W = np.atleast_2d(self.problem.pack(np.asarray(q0, float), np.asarray(v0, float),
                                                  np.asarray(a0, float))).copy()
         self.first = 0  # step index of row 0

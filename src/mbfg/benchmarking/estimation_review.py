@@ -8,27 +8,23 @@
 Metrics: RMSE of the independent coordinate (the crank angle theta0), its rate and its
 acceleration over the whole run and after the first 2 s, and CPU milliseconds per step.
 
-Estimators are registered by name in :data:`ESTIMATORS` with :func:`register`; each is a
-callable ``fn(model, sensors, readings, dt, n_steps, q0=..., qd0=...) -> EstimationResult``.
-Other modules (the Kalman and particle filters) register themselves with
-``register("ekf", fn)``; :func:`load_estimators` imports those modules if they exist.
+The estimators are those of the one registry, :data:`mbfg.estimation.ESTIMATORS`, by name.
+This module holds only what the benchmark needs (the review's constants, mechanisms and
+metrics); ``benchmarks/estimation_fourbar.py`` prints its table.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
-from pathlib import Path
 
 import numpy as np
 
-from mbfg.estimation.graph_estimators import (ONLINE_FORCE_SETTINGS, EstimatorSettings,
-                                             estimate_batch, estimate_online)
-from mbfg.sensors import AngleEncoder, Gyroscope, SensorSet
+from mbfg.estimation.registry import ESTIMATORS, estimator
+from mbfg.model.sensors import AngleEncoder, Gyroscope, SensorSet
 
-__all__ = ["ESTIMATORS", "register", "load_estimators", "review_fourbar", "sensor_setups",
-           "simulate_prototype", "run_case", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA",
-           "ONLINE_FORCE_SETTINGS"]
+__all__ = ["ESTIMATORS", "review_fourbar", "sensor_setups", "simulate_prototype", "metrics",
+           "run_case", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA", "MODEL_GRAVITY",
+           "ANGLE_OFFSET", "CRANK"]
 
 ENCODER_SIGMA = math.radians(1.0)      # 17.453e-3 rad
 GYRO_SIGMA = 9.839e-4                  # rad/s (983.943e-6 in the review)
@@ -45,66 +41,15 @@ PUBLISHED = {
 }
 """What Sect. 12 of the review states in its text for each sensor setup."""
 
-ESTIMATORS: dict = {}
-"""name -> callable(model, sensors, readings, dt, n_steps, *, q0, qd0) -> EstimationResult"""
-
-
-def register(name: str, fn) -> None:
-    """Add (or replace) an estimator in :data:`ESTIMATORS`."""
-    ESTIMATORS[str(name)] = fn
-
-
-register("fg-online", lambda model, sensors, readings, dt, n_steps, **kw:
-         estimate_online(model, sensors, readings, dt, n_steps, window=10, **kw))
-register("fg-batch", lambda model, sensors, readings, dt, n_steps, **kw:
-         estimate_batch(model, sensors, readings, dt, n_steps, **kw))
-
-register("fg-batch+force", lambda model, sensors, readings, dt, n_steps, **kw:
-         estimate_batch(model, sensors, readings, dt, n_steps,
-                        settings=EstimatorSettings(sigma_dynamics=2.0,
-                                                   force_coordinates=tuple(
-                                                       model.coordinate_names[j]
-                                                       for j in model.angle_coords),
-                                                   sigma_force_walk=2.0), **kw))
-register("fg-online+force", lambda model, sensors, readings, dt, n_steps, **kw:
-         estimate_online(model, sensors, readings, dt, n_steps, window=10,
-                         settings=ONLINE_FORCE_SETTINGS, **kw))
-"""The online estimator with an unknown, slowly varying generalized force on every point
-coordinate (``force_coordinates="points"``): a constant set of point loads, which includes the
-model's wrong gravity (see :class:`EstimatorSettings`)."""
-
-"""The batch smoother that also estimates an unknown generalized force on each relative angle
-(a random walk, like errorEKF_FE): the model's wrong gravity then no longer biases the
-position seen through rate sensors."""
-
-_PLUGIN_MODULES = ("mbfg.estimation.kalman", "mbfg.estimation.particle")
-
-
-def load_estimators() -> dict:
-    """Import the baseline modules that register more estimators (if they are present) and
-    return :data:`ESTIMATORS`.  A module may also expose ``ESTIMATORS`` (name -> callable),
-    which is merged in."""
-    for mod in _PLUGIN_MODULES:
-        try:
-            m = importlib.import_module(mod)
-        except ImportError:
-            continue
-        for name, fn in getattr(m, "ESTIMATORS", {}).items():
-            ESTIMATORS.setdefault(name, fn)
-    return ESTIMATORS
-
-
-def review_fourbar(root=None):
-    """(prototype, model, model_q0): the review's four-bar (``mechanisms/fourbar-review.yaml``
-    under ``root``, default the bundled ``fourbar-review``) and the estimator's model, whose gravity is
-    -8.81 m/s^2 and whose initial crank angle is pi/3 + pi/16 (assembled; the model
-    mechanism's ``q0`` is that configuration too)."""
+def review_fourbar():
+    """(prototype, model, model_q0): the review's four-bar (the bundled ``fourbar-review``)
+    and the estimator's model, whose gravity is -8.81 m/s^2 and whose initial crank angle is
+    pi/3 + pi/16 (assembled; the model mechanism's ``q0`` is that configuration too)."""
     import mbfg
     from mbfg.loader import load_spec
     from mbfg.model import kinematics as K
     from mbfg.resources import mechanism_path
-    spec = load_spec(mechanism_path("fourbar-review") if root is None
-                     else Path(root) / "mechanisms" / "fourbar-review.yaml")
+    spec = load_spec(mechanism_path("fourbar-review"))
     proto = mbfg.build_mechanism(spec)
     model = mbfg.build_mechanism(dataclasses.replace(spec, gravity=(0.0, MODEL_GRAVITY)))
     k = model.coordinate_index(CRANK)
@@ -170,7 +115,7 @@ def run_case(estimator_fn, proto, model, sensors, t_end, dt, seed, *, q0=None,
     provides smoothed estimates), and the result too with ``return_result=True``.
     """
     if isinstance(estimator_fn, str):
-        estimator_fn = load_estimators()[estimator_fn]
+        estimator_fn = estimator(estimator_fn)
     truth = simulate_prototype(proto, t_end, dt)
     t, q, qd, qdd = truth
     readings = SensorSet(sensors).synthesize(proto, t, q, qd, qdd,

@@ -229,12 +229,12 @@ def cmd_simulate(args) -> int:
     try:
         with numerics("the simulation"):
             if args.solver == "smoother":
-                from mbfg.smoothing import simulate_smoother
+                from mbfg.drivers.forward_dynamics import simulate_smoother
                 res = simulate_smoother(mech, t_end, dt, coords=args.coords,
                                         integrator=args.integrator, window=args.window,
                                         progress=bar)
             else:
-                from mbfg.simulation import simulate_batch
+                from mbfg.drivers.forward_dynamics import simulate_batch
                 res = simulate_batch(mech, t_end, dt, coords=args.coords,
                                      integrator=args.integrator, progress=bar)
         check_finite("the simulation", res.t, q=res.q, qd=res.qd, qdd=res.qdd)
@@ -265,7 +265,7 @@ def cmd_simulate(args) -> int:
 
 def cmd_inverse(args) -> int:
     import mbfg
-    from mbfg.inverse import solve_inverse_dynamics
+    from mbfg.drivers.inverse_dynamics import solve_inverse_dynamics
     from mbfg.io import read_trajectory
     from mbfg.model import kinematics as K
     from mbfg.progress import ProgressBar
@@ -326,7 +326,7 @@ def cmd_synthesize(args) -> int:
     import mbfg
     from mbfg.io import write_readings
     from mbfg.model.integrate import integrate_reference
-    from mbfg.sensors import load_sensors
+    from mbfg.model.sensors import load_sensors
 
     t_end, dt = _positive(args.t_end, "--t-end"), _positive(args.dt, "--dt")
     seed = _seed(args.seed)
@@ -353,15 +353,14 @@ def cmd_synthesize(args) -> int:
 ESTIMATE_WINDOW = 10
 """Default --window of mbfg estimate."""
 
-ESTIMATE_METHODS = ("smoother", "batch", "ekf", "ekf_fe", "ukf", "dekf", "pf")
 
-
-def _estimator_settings(args, mech):
+def _estimator_settings(args, mech, est):
     """EstimatorSettings of --unknown-force (None: the defaults)."""
     if not args.unknown_force:
         return None
-    if args.method not in ("smoother", "batch"):
-        raise UsageError(f"--unknown-force needs --method smoother or batch, not {args.method}")
+    if not est.accepts("settings"):
+        raise UsageError(f"--unknown-force needs a factor-graph --method (fg-online, fg-batch), "
+                         f"not {args.method}")
     import dataclasses
 
     from mbfg.estimation.graph_estimators import ONLINE_FORCE_SETTINGS
@@ -373,12 +372,16 @@ def _estimator_settings(args, mech):
 
 def cmd_estimate(args) -> int:
     """State estimation from a readings file with a factor graph or a filter baseline."""
+    import dataclasses
+
     import mbfg
+    from mbfg.estimation import estimate, estimator
     from mbfg.io import read_readings, uniform_step
     from mbfg.progress import ProgressBar
-    from mbfg.sensors import load_sensors
+    from mbfg.model.sensors import load_sensors
 
     _seed(args.seed)
+    est = estimator(args.method)
     window = ESTIMATE_WINDOW if args.window is None else args.window
     if window < 1:
         raise UsageError(f"--window must be >= 1, got {window}")
@@ -394,27 +397,18 @@ def cmd_estimate(args) -> int:
     if args.window is None:  # the default: at most the whole horizon
         window = min(window, t.size)
     check_window(window, t.size, what=f" (rows of {args.readings})")
-    settings = _estimator_settings(args, mech)
-    bar = ProgressBar(f"estimate ({args.method})", enabled=False if args.quiet else None)
+    settings = _estimator_settings(args, mech, est)
+    options = {"window": window, "covariance": args.covariance, "settings": settings}
+    options = {k: v for k, v in options.items() if est.accepts(k) and v is not None}
+    bar = ProgressBar(f"estimate ({est.name})", enabled=False if args.quiet else None)
     try:
-        with numerics(f"the estimation ({args.method})"):
-            if args.method == "smoother":
-                from mbfg.estimation import estimate_online
-                res = estimate_online(mech, sensors, readings, dt, t.size, window=window,
-                                      covariance=args.covariance, progress=bar, settings=settings)
-            elif args.method == "batch":
-                from mbfg.estimation import estimate_batch
-                res = estimate_batch(mech, sensors, readings, dt, t.size,
-                                     covariance=args.covariance, settings=settings)
-            else:
-                from mbfg.estimation import kalman, particle
-                fn = {"ekf": kalman.ekf, "ekf_fe": kalman.ekf_fe, "ukf": kalman.ukf,
-                      "dekf": kalman.dekf, "pf": particle.particle_filter}[args.method]
-                res = fn(mech, sensors, readings, dt, t.size, seed=args.seed)
+        with numerics(f"the estimation ({est.name})"):
+            res = estimate(mech, sensors, readings, dt, t.size, method=est.name, seed=args.seed,
+                           progress=bar, **options)
     finally:
         bar.close()
-    check_finite(f"the estimation ({args.method})", t, q=res.q, qd=getattr(res, "qd", None))
-    res.t = t
+    check_finite(f"the estimation ({est.name})", t, q=res.q, qd=res.qd)
+    res = dataclasses.replace(res, t=t)  # the readings' own times (the grid starts at t[0])
     print(f"mechanism: {args.mechanism} (n = {mech.n}, DOF = {mech.dof})")
     print(f"sensors:   {' '.join(sensors.names)}")
     print(f"method:    {res.name}; {t.size} steps (dt = {dt:g} s), "
@@ -482,8 +476,10 @@ def register(sub) -> None:
     e.add_argument("--sensors", required=True, help="sensors YAML file (docs/sensors.md)")
     e.add_argument("--readings", required=True, help="rows 't value...' (nan = no reading), "
                    "as written by 'mbfg synthesize'")
-    e.add_argument("--method", choices=ESTIMATE_METHODS, default="smoother",
-                   help="factor graph (smoother: online fixed-lag, batch: offline) or a filter")
+    e.add_argument("--method", default="fg-online",
+                   help="estimator: fg-online (factor-graph fixed-lag smoother; alias "
+                        "smoother), fg-batch (whole recording; alias batch), fg-online+force, "
+                        "fg-batch+force, ekf, ekf_fe, ukf, dekf, pf (mbfg.estimation.ESTIMATORS)")
     e.add_argument("--window", type=int, default=None,
                    help=f"smoother window, at most the number of readings rows (default "
                         f"{ESTIMATE_WINDOW}, or every row of a shorter file)")

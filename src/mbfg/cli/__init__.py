@@ -71,7 +71,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mbfg import commands
+    from mbfg.cli import commands
     p = _Parser(prog="mbfg", description="Planar multibody dynamics as factor graphs")
     from mbfg import __version__
     p.add_argument("--version", action="version", version=f"mbfg {__version__}")

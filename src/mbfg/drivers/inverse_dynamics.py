@@ -13,7 +13,7 @@ from mbfg.graphs.inverse import InverseProblem, InverseSettings
 from mbfg.io import uniform_step
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
-from mbfg.results import TrajectoryResult
+from mbfg.results import Stats, TrajectoryResult
 from mbfg.solvers.batch import optimize
 
 STAGE_NAMES = {1: "positions", 2: "velocities and accelerations", 3: "velocity constraints",
@@ -118,7 +118,7 @@ def solve_inverse_dynamics(mech, t, desired, imposed, actuated=None, *, coords: 
     if problem.indices is not None:
         parts["z"] = q[:, list(problem.indices)]
     X = np.hstack([parts[name] for name in lay.names])
-    stats = {"solver": "batch, 4 stages", "coords": coords, "stages": []}
+    stages = []
     hints = None
     for stage in (1, 2, 3, 4):
         new_lay = problem.layout(stage)
@@ -140,7 +140,7 @@ def solve_inverse_dynamics(mech, t, desired, imposed, actuated=None, *, coords: 
         keys = lay.keys(range(t.size))
         X, st = optimize(terms, X, keys, max_iterations=max_iterations,
                          what=f"inverse dynamics stage {stage} ({STAGE_NAMES[stage]})")
-        stats["stages"].append(dict(stage=stage, iterations=st.iterations,
+        stages.append(dict(stage=stage, iterations=st.iterations,
                                     final_error=st.final_error, seconds=st.seconds))
         if progress:
             progress(stage, 4)
@@ -148,20 +148,17 @@ def solve_inverse_dynamics(mech, t, desired, imposed, actuated=None, *, coords: 
     from mbfg.model import constraints as C
     Q = np.zeros((t.size, mech.n))
     Q[:, list(actuated)] = p["Q"]
-    res = TrajectoryResult(
-        t=t, q=p["q"], qd=p["v"], qdd=p["a"], Q=Q, coords=mech.coordinate_names,
+    stats = Stats.of("batch, 4 stages", time.perf_counter() - t0, t.size,
+                     sum(s["iterations"] for s in stages), coords=coords, stages=stages,
+                     max_following_error=float(np.max(np.abs(p["q"][:, list(imposed)] - desired))))
+    independent = problem.indices is not None
+    return TrajectoryResult(
+        t=t, q=p["q"], qd=p["v"], qdd=p["a"], Q=Q, coords=mech.coordinate_names, stats=stats,
         position_residual=np.linalg.norm(C.position_constraints(mech, p["q"]), axis=1),
-        velocity_residual=np.linalg.norm(C.velocity_constraints(mech, p["q"], p["v"]), axis=1))
-    if problem.indices is not None:
-        res.indices = problem.indices
-        res.z, res.zd, res.zdd = p["z"], p["zd"], p["zdd"]
-    stats["iterations"] = sum(s["iterations"] for s in stats["stages"])
-    stats["converged"] = True
-    stats["max_following_error"] = float(np.max(np.abs(p["q"][:, list(imposed)] - desired)))
-    stats["seconds"] = time.perf_counter() - t0
-    stats["steps"] = int(t.size)
-    res.stats = stats
-    return res
+        velocity_residual=np.linalg.norm(C.velocity_constraints(mech, p["q"], p["v"]), axis=1),
+        indices=problem.indices if independent else None,
+        z=p["z"] if independent else None, zd=p["zd"] if independent else None,
+        zdd=p["zdd"] if independent else None)
 
 
 __all__ = [

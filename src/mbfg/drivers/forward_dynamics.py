@@ -11,9 +11,11 @@ from mbfg.graphs.forward import ForwardProblem, ForwardSettings
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
+from mbfg.model.forces import ForceInput, forces_at
 from mbfg.model.partition import partition_along
-from mbfg.results import TrajectoryResult
+from mbfg.results import Stats, TrajectoryResult
 from mbfg.solvers.batch import optimize
+from mbfg.solvers.smoother import FixedLagSmoother
 
 
 def _initial_state(mech, q0, qd0):
@@ -34,7 +36,7 @@ def make_problem(mech, dt, coords, integrator, indices, q0, settings=None, force
 def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "dependent",
                    integrator: str = "trapezoidal", q0=None, qd0=None, indices=None,
                    settings: ForwardSettings | None = None, segment: int | None = 500,
-                   progress=None) -> TrajectoryResult:
+                   progress=None, forces: ForceInput = None) -> TrajectoryResult:
     """Forward dynamics as batch factor graphs, solved by Gauss-Newton.
 
     The graph (:class:`~mbfg.graphs.forward.ForwardProblem`) is square and causal: the states
@@ -46,6 +48,9 @@ def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "depen
     projected onto the constraints (:func:`explicit_guess`); a segment whose estimate is too
     far off for Gauss-Newton is retried in a quarter of the length (``stats["retries"]``),
     and the length grows back after each success.
+
+    ``forces``: None, (n,) or callable t -> (n,), applied generalized forces besides gravity
+    [N, N m] (:mod:`mbfg.model.forces`).
 
     Independent coordinates: a segment also ends where its independent coordinates would
     become ill-conditioned on the initial estimate; the next one starts with the best set
@@ -59,13 +64,13 @@ def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "depen
     """
     t0 = time.perf_counter()
     q0, qd0 = _initial_state(mech, q0, qd0)
-    problem = make_problem(mech, dt, coords, integrator, indices, q0, settings)
+    problem = make_problem(mech, dt, coords, integrator, indices, q0, settings, forces)
     first = problem
     dt = problem.settings.dt
     N = int(round(t_end / dt))
     size = N if segment is None else max(1, int(segment))
     X = np.empty((N + 1, problem.layout.dim))
-    X[0] = problem.pack(q0, qd0, D.forward_dynamics(mech, q0, qd0))
+    X[0] = problem.pack(q0, qd0, problem.initial_accelerations(q0, qd0))
     iterations, switches, links, retries = 0, [], None, 0
     start, length = 0, size
     while start < N:
@@ -92,9 +97,8 @@ def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "depen
         if progress:
             progress(stop, N)
     X = _restore_indices(first, X)
-    stats = dict(solver="batch", segment=segment, iterations=iterations, switches=switches,
-                 retries=retries,
-                 converged=True, seconds=time.perf_counter() - t0, steps=N)
+    stats = Stats.of("batch", time.perf_counter() - t0, N, iterations, segment=segment,
+                     switches=switches, retries=retries)
     return trajectory_result(mech, first, X, dt, stats)
 
 
@@ -105,7 +109,8 @@ def _solve_segment(problem, p, start, stop, dt, links):
     ConvergenceError when the explicit estimate is unusable or Gauss-Newton fails."""
     mech = problem.mech
     with np.errstate(all="ignore"):
-        q, v, a = explicit_guess(mech, p["q"], p["v"], dt, stop - start)
+        q, v, a = explicit_guess(mech, p["q"], p["v"], dt, stop - start,
+                                 forces=problem.forces, t0=start * dt)
     if not (np.all(np.isfinite(q)) and np.all(np.isfinite(v)) and np.all(np.isfinite(a))):
         raise ConvergenceError(f"batch forward dynamics (steps {start}-{stop}): the explicit "
                                f"estimate diverged")
@@ -142,7 +147,8 @@ def failure(mech, problem, X, dt, exc):
     loses rank, in the mechanism's own scales), else ``exc``; either with ``partial`` set to
     the trajectory computed so far."""
     X = _restore_indices(problem, np.array(X))
-    partial = trajectory_result(mech, problem, X, dt, dict(converged=False, steps=len(X) - 1))
+    partial = trajectory_result(mech, problem, X, dt,
+                                Stats.of("stopped", 0.0, len(X) - 1, converged=False))
     exc.partial = partial
     q = partial.q[-1]
     c = problem.scales.coordinates
@@ -167,21 +173,25 @@ LOCKUP_RATIO = 1e-6
 simulation is reported as a lock-up (:class:`~mbfg.errors.LockupError`)."""
 
 
-def explicit_guess(mech, q0, qd0, dt, N, coarse: int = 1):
+def explicit_guess(mech, q0, qd0, dt, N, coarse: int = 1, forces: ForceInput = None,
+                   t0: float = 0.0):
     """A cheap initial estimate for the batch solve: velocity-Verlet propagation with the
     model's accelerations at ``coarse * dt``, cubic Hermite interpolation to the fine grid,
     then vectorized projection onto Phi = 0 and Phi_q v = 0 and accelerations from the model
-    (all steps at once).  Returns q, v, a (N+1, n)."""
+    (all steps at once).  ``forces`` (:mod:`mbfg.model.forces`) act from the time ``t0`` [s]
+    of q0.  Returns q, v, a (N+1, n)."""
     Nc = -(-N // coarse)
     h = coarse * dt
+    Q = forces_at(forces, t0 + h * np.arange(Nc + 1), mech.n)
+    Qc = (lambda k: None) if Q is None else (lambda k: Q[k])
     qc = np.empty((Nc + 1, mech.n))
     vc = np.empty_like(qc)
     ac = np.empty_like(qc)
     qc[0], vc[0] = q0, qd0
-    ac[0] = D.forward_dynamics(mech, q0, qd0)
+    ac[0] = D.forward_dynamics(mech, q0, qd0, Qc(0))
     for k in range(Nc):
         qc[k + 1] = qc[k] + h * vc[k] + 0.5 * h * h * ac[k]
-        ac[k + 1] = D.forward_dynamics(mech, qc[k + 1], vc[k] + h * ac[k])
+        ac[k + 1] = D.forward_dynamics(mech, qc[k + 1], vc[k] + h * ac[k], Qc(k + 1))
         vc[k + 1] = vc[k] + 0.5 * h * (ac[k] + ac[k + 1])
         if (k + 1) % 10 == 0:  # keep the coarse path near the constraint manifold
             qc[k + 1] = K.project_positions_batch(mech, qc[k + 1][None])[0]
@@ -196,24 +206,82 @@ def explicit_guess(mech, q0, qd0, dt, N, coarse: int = 1):
     q = K.project_positions_batch(mech, q)
     v = K.project_velocities_batch(mech, q, v)
     q[0], v[0] = q0, qd0
-    return q, v, D.forward_dynamics(mech, q, v)
+    return q, v, D.forward_dynamics(mech, q, v, forces_at(forces, t0 + t, mech.n))
 
 
-def trajectory_result(mech, problem, X, dt, stats, forces=None) -> TrajectoryResult:
+def trajectory_result(mech, problem, X, dt, stats: Stats, forces=None) -> TrajectoryResult:
+    """The :class:`TrajectoryResult` of step vectors X (T, dim) of ``problem``'s layout.
+    ``forces`` (T, n): the applied generalized forces (default: the problem's, zeros
+    without loads)."""
     p = problem.layout.unpack(X)
     q, v, a = p["q"], p["v"], p["a"]
-    res = TrajectoryResult(
-        t=np.arange(X.shape[0]) * dt, q=q, qd=v, qdd=a,
-        Q=p["Q"] if "Q" in p else (np.zeros_like(q) if forces is None else forces),
+    if forces is None:
+        forces = problem.applied_forces(np.arange(X.shape[0]))
+    Q = np.zeros_like(q) if forces is None else np.array(forces, float)
+    independent = problem.indices is not None
+    return TrajectoryResult(
+        t=np.arange(X.shape[0]) * dt, q=q, qd=v, qdd=a, Q=Q,
         coords=mech.coordinate_names, stats=stats,
         position_residual=np.linalg.norm(C.position_constraints(mech, q), axis=1),
-        velocity_residual=np.linalg.norm(C.velocity_constraints(mech, q, v), axis=1))
-    if problem.indices is not None:
-        res.indices = problem.indices
-        res.z, res.zd, res.zdd = p["z"], p["zd"], p["zdd"]
-    return res
+        velocity_residual=np.linalg.norm(C.velocity_constraints(mech, q, v), axis=1),
+        indices=problem.indices if independent else None,
+        z=p["z"] if independent else None, zd=p["zd"] if independent else None,
+        zdd=p["zdd"] if independent else None)
 
 
-__all__ = [
-    "make_problem", "simulate_batch", "failure", "explicit_guess", "trajectory_result"
-]
+def simulate_smoother(mech, t_end: float, dt: float = 1e-3, *, coords: str = "dependent",
+                      integrator: str = "trapezoidal", window: int = 2, q0=None, qd0=None,
+                      indices=None, settings: ForwardSettings | None = None, progress=None,
+                      max_iterations: int = 10, reselect: float | None = 0.9,
+                      forces: ForceInput = None) -> TrajectoryResult:
+    """Forward dynamics step by step with a fixed-lag smoother of ``window`` steps.
+
+    The factor graph is that of :func:`mbfg.drivers.forward_dynamics.simulate_batch` (same
+    :class:`~mbfg.graphs.forward.ForwardProblem`); steps leaving the window are marginalized
+    into a Gaussian prior on the next one (:class:`mbfg.solvers.smoother.FixedLagSmoother`).
+    Each returned step is its estimate when it left the window (the last ``window`` steps:
+    the final window).  ``settings`` overrides ``dt`` and ``integrator``.
+
+    forces : None, (n,) or callable t -> (n,)
+        Applied generalized forces besides gravity [N, N m] (:mod:`mbfg.model.forces`).
+    progress : callable(done_steps, total_steps), optional
+        Called about every 1 % of the steps.
+    max_iterations :
+        Gauss-Newton solves allowed per step (convergence: ``settings.step_tolerance``, see
+        :class:`~mbfg.solvers.smoother.FixedLagSmoother`).  A step that does not converge
+        raises :class:`~mbfg.errors.ConvergenceError`, or :class:`~mbfg.errors.LockupError`
+        at a branch point, with ``partial`` holding the trajectory up to the last good step.
+    reselect : float or None
+        Independent coordinates only: switch to better-conditioned independent coordinates
+        when the current ones' quality drops below this fraction of the best (None: never).
+        The returned ``indices``/``z`` are the initial choice (z = q[indices], which the
+        graph enforces to the constraint sigma); ``stats["switches"]`` lists (step, indices).
+
+    stats: solver="smoother", window, iterations (total Gauss-Newton iterations),
+    max_iterations_per_step, fallbacks (steps that needed damping), switches, converged,
+    seconds, ms_per_step, steps.
+    """
+    t0 = time.perf_counter()
+    q0, qd0 = _initial_state(mech, q0, qd0)
+    problem = make_problem(mech, dt, coords, integrator, indices, q0, settings, forces)
+    dt = problem.settings.dt
+    N = int(round(t_end / dt))
+    sm = FixedLagSmoother(problem, window, max_iterations=max_iterations,
+                          relative_tolerance=0.0, absolute_tolerance=0.0, reselect=reselect)
+    try:
+        sm.initialize(q0, qd0)
+        X = sm.run(N, progress)
+    except MbfgError as exc:
+        rows = getattr(exc, "partial", None)
+        rows = sm.W[:1] if rows is None else rows[:-1]  # up to the last converged step
+        raise failure(mech, problem, rows, dt, exc) from None
+    X = _restore_indices(problem, X)  # z in the initial independent coordinates throughout
+    seconds = time.perf_counter() - t0
+    stats = Stats.of("smoother", seconds, N, sm.iterations, window=int(window),
+                     max_iterations_per_step=sm.max_iterations_per_step,
+                     fallbacks=sm.fallbacks, switches=list(sm.switches))
+    return trajectory_result(mech, problem, X, dt, stats)
+
+
+__all__ = ["simulate_batch", "simulate_smoother", "make_problem", "failure", "explicit_guess",
+           "trajectory_result", "LOCKUP_RATIO"]

@@ -1,0 +1,150 @@
+"""The one registry of state estimators and :func:`estimate`, which runs one by name.
+
+Every estimator is a function ``fn(model, sensors, readings, dt, n_steps, **options) ->
+EstimationResult``; :func:`register` adds one under a name with fixed default options (so a
+tuned variant, e.g. the online smoother with an unknown force, is one line).  The command
+line (``mbfg estimate --method``), the review benchmark and :func:`mbfg.estimate` all read
+:data:`ESTIMATORS`.
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mbfg.errors import UsageError
+from mbfg.estimation import kalman, particle
+from mbfg.estimation.graph_estimators import (ONLINE_FORCE_SETTINGS, EstimatorSettings,
+                                             estimate_batch, estimate_online)
+from mbfg.results import EstimationResult
+
+__all__ = ["Estimator", "ESTIMATORS", "ALIASES", "register", "estimator", "estimate"]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """A registered estimator.
+
+    Attributes
+    ----------
+    name : str
+    function : callable(model, sensors, readings, dt, n_steps, **options) -> EstimationResult
+    description : str
+        One line for listings (``mbfg estimate --help``).
+    defaults : Mapping
+        Options passed unless the caller gives them (e.g. ``window=10``).
+    online : bool
+        True if the causal estimates ``q, qd, qdd`` use readings up to each step only.
+    """
+    name: str
+    function: Callable[..., EstimationResult]
+    description: str = ""
+    defaults: Mapping = field(default_factory=dict)
+    online: bool = True
+
+    def accepts(self, option: str) -> bool:
+        """Whether the function names the keyword ``option`` in its signature (options it
+        only forwards through ``**options`` are not listed)."""
+        return option in inspect.signature(self.function).parameters
+
+    def __call__(self, model, sensors, readings, dt: float, n_steps: int,
+                 **options: Any) -> EstimationResult:
+        return self.function(model, sensors, readings, dt, n_steps,
+                             **{**self.defaults, **options})
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+"""name -> :class:`Estimator`; add with :func:`register`."""
+
+ALIASES = {"smoother": "fg-online", "batch": "fg-batch"}
+"""Older names accepted by :func:`estimator` (the command line's ``--method``)."""
+
+
+def register(name: str, function: Callable[..., EstimationResult], description: str = "",
+             *, online: bool = True, **defaults: Any) -> Estimator:
+    """Add (or replace) an estimator under ``name``; ``defaults`` are its fixed options."""
+    est = Estimator(str(name), function, description, dict(defaults), online)
+    ESTIMATORS[est.name] = est
+    return est
+
+
+def estimator(name: str) -> Estimator:
+    """The registered estimator ``name`` (or an alias); :class:`~mbfg.errors.UsageError`
+    listing the names otherwise."""
+    key = ALIASES.get(name, name)
+    if key not in ESTIMATORS:
+        raise UsageError(f"unknown estimator {name!r}; expected one of "
+                         f"{', '.join(sorted(ESTIMATORS))}")
+    return ESTIMATORS[key]
+
+
+def estimate(model, sensors, readings, dt: float, n_steps: int, *, method: str = "fg-online",
+             seed: int = 0, progress: Callable[[int, int], None] | None = None,
+             **options: Any) -> EstimationResult:
+    """State estimates of ``model`` from sensor ``readings`` with the estimator ``method``.
+
+    A pure function of (model, sensors, readings, dt, options, seed): the same arguments give
+    the same result.
+
+    Parameters
+    ----------
+    model : Mechanism
+        The estimator's model (it may differ from the real system).
+    sensors : SensorSet or sequence of sensors
+    readings : list of (steps (R,), values (R, k)), one per sensor
+        As :meth:`mbfg.model.sensors.SensorSet.synthesize` or :func:`mbfg.io.read_readings` return.
+    dt : float
+        Time step [s] of the grid ``t_k = k dt``, k = 0 .. n_steps - 1.
+    n_steps : int
+        Number of grid steps (including step 0).
+    method : str
+        A name in :data:`ESTIMATORS` (``"fg-online"``, ``"fg-batch"``, ``"ekf"``,
+        ``"ekf_fe"``, ``"ukf"``, ``"dekf"``, ``"pf"``, ...).
+    seed : int
+        Seed of the estimators that draw random numbers (the particle filter).
+    progress : callable(done, total), optional
+        Passed to the estimators that report progress.
+    **options
+        The estimator's own options (``window``, ``settings``, ``covariance``, ``q0``,
+        ``qd0``, ...; see its function).
+
+    Returns
+    -------
+    EstimationResult
+    """
+    est = estimator(method)
+    if est.accepts("seed"):
+        options["seed"] = seed
+    if progress is not None and est.accepts("progress"):
+        options["progress"] = progress
+    return est(model, sensors, readings, dt, n_steps, **options)
+
+
+def _angle_forces(model):
+    return EstimatorSettings(sigma_dynamics=2.0, sigma_force_walk=2.0,
+                             force_coordinates=tuple(model.coordinate_names[j]
+                                                     for j in model.angle_coords))
+
+
+def _batch_with_angle_forces(model, sensors, readings, dt, n_steps, **options):
+    """The batch smoother that also estimates an unknown generalized force on each relative
+    angle (a random walk, like errorEKF_FE): a wrong gravity in the model then no longer
+    biases the position seen through rate sensors."""
+    return estimate_batch(model, sensors, readings, dt, n_steps,
+                          **{"settings": _angle_forces(model), **options})
+
+
+register("fg-online", estimate_online, "factor graph, fixed-lag smoother (causal + smoothed)",
+         window=10)
+register("fg-batch", estimate_batch, "factor graph, whole recording (offline)", online=False)
+register("fg-online+force", estimate_online,
+         "fixed-lag smoother with an unknown slowly varying force on every point coordinate",
+         window=10, settings=ONLINE_FORCE_SETTINGS)
+register("fg-batch+force", _batch_with_angle_forces,
+         "batch smoother with an unknown force on every relative angle", online=False)
+register("ekf", kalman.ekf, "errorEKF (Kalman-filter review, Sect. 7.1)")
+register("ekf_fe", kalman.ekf_fe, "errorEKF with force estimation (review, Sect. 7.3)")
+register("ukf", kalman.ukf, "unscented Kalman filter (review, Sects. 4.1, 4.4)")
+register("dekf", kalman.dekf, "discrete extended Kalman filter (review, Sect. 5)")
+register("pf", particle.particle_filter, "particle filter with branch tracking")
