@@ -176,7 +176,7 @@ def test_point_force_state_learns_the_gravity_error(fourbar):
     generalized force is a constant vector.  Only its component along the motion acts, the
     generalized force on the crank angle R^T Q (R = dq/dtheta0); after the first second of
     the swing it must match R^T (Qg_prototype - Qg_model) of the two gravities."""
-    from mbfg.estimation.kalman import model_state
+    from mbfg.model.kinematics import velocity_transform
     proto, model, q0, truth = fourbar
     sensors = sensor_setups()["encoder"]
     readings = _readings(proto, sensors, truth, 4)
@@ -187,7 +187,7 @@ def test_point_force_state_learns_the_gravity_error(fourbar):
     assert np.all(res.Q[:, k] == 0.0)          # no force state on the angle itself
     dQ = proto.gravity_forces() - model.gravity_forces()
     i0 = int(round(1.0 / DT))
-    R = model_state(model, truth[1][i0:], [k], truth[2][i0:, [k]]).R[:, :, 0]
+    R = velocity_transform(model, truth[1][i0:], [k])[0][:, :, 0]
     true_torque = R @ dQ
     est_torque = np.einsum("ti,ti->t", R, res.Q[i0:])
     rms = lambda x: float(np.sqrt(np.mean(x ** 2)))  # noqa: E731
@@ -197,11 +197,16 @@ def test_point_force_state_learns_the_gravity_error(fourbar):
 
 
 def test_force_coordinate_names():
-    from mbfg.estimation.graph_estimators import _coordinate_indices
+    from mbfg.errors import UsageError
+    from mbfg.graphs.estimation import EstimatorSettings, ObservedProblem
     _, model, _ = review_fourbar()
     names = model.coordinate_names
-    pts = _coordinate_indices(model, "points")
+
+    def problem(coords):
+        return ObservedProblem(model, (), [], 10, EstimatorSettings(force_coordinates=coords),
+                               DT)
+    pts = problem("points").force_indices
     assert [names[i] for i in pts] == ["x1", "y1", "x2", "y2"]
-    assert _coordinate_indices(model, ("theta0", 1)) == (names.index("theta0"), 1)
-    with pytest.raises(ValueError, match="points"):
-        _coordinate_indices(model, "all")
+    assert problem(("theta0", 1)).force_indices == (names.index("theta0"), 1)
+    with pytest.raises(UsageError, match="points"):
+        problem("all")

@@ -4,10 +4,13 @@ smoother solving the same equations."""
 import numpy as np
 import pytest
 
+import mbfg
+
 from conftest import fd_states, load
 from mbfg.graphs.forward import ForwardProblem, ForwardSettings
 from mbfg.graphs.links import IntegratorLinks
-from mbfg.drivers.forward_dynamics import _initial_state, make_problem, simulate_batch
+from mbfg.drivers.forward_dynamics import make_problem, simulate_batch
+from mbfg.model.kinematics import release_state
 from mbfg.drivers.forward_dynamics import simulate_smoother
 from mbfg.testing import check_jacobian
 
@@ -51,11 +54,11 @@ def test_weights_do_not_change_the_solution():
     """The graph is square: scaling every residual family differently (here through the
     mechanism's scales, by rescaling the time-step-derived sigmas) leaves the solution."""
     mech = load("fourbar")
-    q0, v0 = _initial_state(mech, None, None)
+    q0, v0 = release_state(mech)
     base = simulate_batch(mech, 0.2, 1e-3)
     problem = make_problem(mech, 1e-3, "dependent", "trapezoidal", None, q0)
-    problem._sig = {k: v * np.random.default_rng(1).uniform(0.1, 10.0, np.shape(v))
-                    for k, v in problem._sig.items()}
+    problem.sigmas = {k: v * np.random.default_rng(1).uniform(0.1, 10.0, np.shape(v))
+                    for k, v in problem.sigmas.items()}
     from mbfg.solvers.batch import optimize
     from mbfg.drivers.forward_dynamics import explicit_guess
     q, v, a = explicit_guess(mech, q0, v0, 1e-3, 200)
@@ -87,3 +90,29 @@ def test_energy_is_conserved_without_applied_forces():
     E = kinetic_energy(mech, res.qd) + potential_energy(mech, res.q)
     swing = np.ptp(potential_energy(mech, res.q))
     assert np.abs(E - E[0]).max() <= 1e-8 * swing
+
+
+@pytest.mark.parametrize("solver", ["smoother", "batch"])
+def test_time_varying_forces_follow_the_reference(solver):
+    """One forces convention (a callable of the time t [s]) in the graph drivers and the
+    classical integrators: a time-varying load moves the four-bar far from its free motion,
+    and the graph stays at the accuracy of the trapezoidal floor under the same load."""
+    from mbfg.model.integrate import integrate_reference, integrate_trapezoidal
+    mech = load("fourbar")
+    g = np.abs(mech.gravity_forces()).max()
+    shape = np.zeros(mech.n)
+    shape[0] = g  # a horizontal load on the first free point, of the size of gravity
+
+    def forces(t):
+        return np.sin(2 * np.pi * t / 0.4) * shape
+
+    t_end, dt = 1.0, 1e-3
+    res = mbfg.simulate(mech, t_end, dt, solver=solver, forces=forces)
+    ref = integrate_reference(mech, t_end, dt, forces=forces, rtol=1e-12, atol=1e-12)
+    floor = integrate_trapezoidal(mech, t_end, dt, forces=forces)
+    free = integrate_reference(mech, t_end, dt, rtol=1e-12, atol=1e-12)
+    err = np.abs(res.q - ref.q).max()
+    err_floor = np.abs(floor.q - ref.q).max()
+    assert np.abs(free.q - ref.q).max() > 100 * err       # the load matters
+    assert err <= 2.0 * err_floor, (err, err_floor)
+    np.testing.assert_allclose(res.Q, forces(res.t[:, None]), rtol=0, atol=1e-12 * g)

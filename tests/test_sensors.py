@@ -19,8 +19,9 @@ from mbfg.errors import SchemaError, UndefinedVariableError, YamlSyntaxError
 from mbfg.factors import keys as K
 from mbfg.factors.checking import check_factor_jacobians
 from mbfg.factors.sensors import observation_residual
+from mbfg.loader import load_sensors, parse_sensors
 from mbfg.model.sensors import (Accelerometer, AngleEncoder, Distance, Gyroscope, Marker, Readings,
-                          SensorSet, load_sensors, parse_sensors, wrap_angle)
+                                SensorSet, wrap_angle)
 from mbfg.testing import check_jacobian
 
 MECHS = ["fourbar-crank-angle", "slider-crank", "pendulum3", "pick-and-place-robot"]

@@ -10,7 +10,8 @@ from conftest import load
 from mbfg.errors import ConvergenceError
 from mbfg.model import constraints as C
 from mbfg.model.integrate import integrate_reference
-from mbfg.drivers.forward_dynamics import _initial_state, make_problem, simulate_batch
+from mbfg.drivers.forward_dynamics import make_problem, simulate_batch
+from mbfg.model.kinematics import release_state
 from mbfg.drivers.forward_dynamics import simulate_smoother
 from mbfg.solvers.smoother import FixedLagSmoother, prediction_matrix
 
@@ -68,7 +69,7 @@ def test_smoother_equals_batch(coords):
 def test_marginal_prior_is_exact_for_linear_terms():
     """Marginalizing into a prior and solving the rest equals solving everything."""
     mech = load("fourbar")
-    q0, v0 = _initial_state(mech, None, None)
+    q0, v0 = release_state(mech)
     problem = make_problem(mech, 1e-3, "dependent", "trapezoidal", None, q0)
     a = FixedLagSmoother(problem, window=1)
     b = FixedLagSmoother(problem, window=50)
@@ -81,7 +82,7 @@ def test_marginal_prior_is_exact_for_linear_terms():
 
 def test_prediction_matrix_is_explicit_taylor_step():
     mech = load("fourbar")
-    q0, v0 = _initial_state(mech, None, None)
+    q0, v0 = release_state(mech)
     problem = make_problem(mech, 1e-2, "independent", "trapezoidal", None, q0)
     rng = np.random.default_rng(3)
     q, v, a = rng.normal(size=(3, mech.n))

@@ -31,13 +31,14 @@ def load_mechanism(path, overrides: dict | None = None) -> Mechanism:
     if overrides:
         from mbfg.model.parameters import apply_overrides
         spec = apply_overrides(spec, overrides)
-    return _build(spec)
+    from mbfg.loader import build_checked
+    return build_checked(spec)
 
 
 def mechanism_from_yaml(text: str, source: str | None = None) -> Mechanism:
     """Build a mechanism from YAML text (``source`` is used in error messages)."""
-    from mbfg.loader import parse_spec
-    return _build(parse_spec(text, source=source))
+    from mbfg.loader import mechanism_from_yaml as from_yaml
+    return from_yaml(text, source)
 
 
 def simulate(mech: Mechanism, t_end: float, dt: float = 1e-3, *, solver: str = "smoother",
@@ -85,17 +86,6 @@ def estimate(model: Mechanism, sensors, readings, dt: float, n_steps: int, *,
     from mbfg.estimation.registry import estimate as run
     return run(model, sensors, readings, dt, n_steps, method=method, seed=seed,
                progress=progress, **options)
-
-
-def _build(spec) -> Mechanism:
-    """Build and assemble; numerical breakdowns on absurd input become an AssemblyError."""
-    import numpy as np
-    try:
-        with np.errstate(all="ignore"):
-            return build_mechanism(spec)
-    except (np.linalg.LinAlgError, FloatingPointError, OverflowError, ZeroDivisionError) as e:
-        raise errors.AssemblyError(f"the initial configuration cannot be assembled: {e}",
-                                   file=spec.source) from None
 
 
 __all__ = ["load_mechanism", "mechanism_from_yaml", "simulate", "solve_inverse_dynamics",

@@ -82,18 +82,6 @@ def read_trajectory(path, *, columns: int | None = None, allow_nan: bool = False
     return t, vals
 
 
-def uniform_step(t, path="trajectory") -> float:
-    """The constant time step of ``t`` or a DataError."""
-    if t.size < 2:
-        raise DataError(f"{path}: need at least two time samples")
-    dt = np.diff(t)
-    h = float(np.mean(dt))
-    if np.max(np.abs(dt - h)) > 1e-6 * h + 1e-12:
-        raise DataError(f"{path}: samples must be uniformly spaced in time (dt varies from "
-                        f"{dt.min():g} to {dt.max():g} s)")
-    return h
-
-
 def write_readings(path, t, sensors, readings) -> None:
     """Write sensor readings as rows ``t value...``: one column per sensor component in the
     order of ``sensors`` (a SensorSet), ``nan`` where a sensor has no reading at that step
@@ -141,3 +129,6 @@ def read_readings(path, sensors):
         out.append(Readings(np.flatnonzero(present), block[present]))
         c += s.dim
     return t, out
+
+
+__all__ = ["read_table", "read_trajectory", "write_readings", "read_readings"]

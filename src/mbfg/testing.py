@@ -182,8 +182,8 @@ class GeneratedMechanism:
 
     def load(self):
         """Build the assembled :class:`~mbfg.model.Mechanism` (``source`` = :attr:`name`)."""
-        import mbfg
-        return mbfg.mechanism_from_yaml(self.yaml, self.name)
+        from mbfg.loader import mechanism_from_yaml
+        return mechanism_from_yaml(self.yaml, self.name)
 
 
 def random_mechanism(family: str, seed: int, *, length: float | None = None,
@@ -646,10 +646,10 @@ _BUILDERS = {
 def _acceptable(sk: _Sketch, dof: int) -> bool:
     """Whether a sketch, loaded at unit scale, has ``dof`` DOF, is far from a branch point
     and is not in equilibrium."""
-    import mbfg
+    from mbfg.loader import mechanism_from_yaml
     from mbfg.model.dynamics import forward_dynamics
     try:
-        mech = mbfg.mechanism_from_yaml(sk.yaml("candidate", 1.0, 1.0, 1.0), "candidate")
+        mech = mechanism_from_yaml(sk.yaml("candidate", 1.0, 1.0, 1.0), "candidate")
     except MbfgError:
         return False
     if mech.dof != dof:

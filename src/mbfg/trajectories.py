@@ -1,7 +1,9 @@
-"""Desired-motion generators (pure functions of time)."""
+"""Desired-motion generators (pure functions of time) and time-grid checks."""
 from __future__ import annotations
 
 import numpy as np
+
+from mbfg.errors import DataError
 
 
 def rest_to_rest(tau):
@@ -33,6 +35,18 @@ def l_path(t, *, start=(-0.5, -5.0), corner=(-0.5, -4.0), end=(0.5, -4.0), t_cor
     return xy, xyd, xydd
 
 
+def uniform_step(t, path="trajectory") -> float:
+    """The constant time step of ``t`` or a DataError."""
+    if t.size < 2:
+        raise DataError(f"{path}: need at least two time samples")
+    dt = np.diff(t)
+    h = float(np.mean(dt))
+    if np.max(np.abs(dt - h)) > 1e-6 * h + 1e-12:
+        raise DataError(f"{path}: samples must be uniformly spaced in time (dt varies from "
+                        f"{dt.min():g} to {dt.max():g} s)")
+    return h
+
+
 __all__ = [
-    "rest_to_rest", "l_path"
+    "rest_to_rest", "l_path", "uniform_step"
 ]

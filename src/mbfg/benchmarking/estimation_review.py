@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from mbfg.estimation.registry import ESTIMATORS, estimator
-from mbfg.model.sensors import AngleEncoder, Gyroscope, SensorSet
+from mbfg.model.sensors import AngleEncoder, Gyroscope, SensorSet, wrap_angle
 
 __all__ = ["ESTIMATORS", "review_fourbar", "sensor_setups", "simulate_prototype", "metrics",
            "run_case", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA", "MODEL_GRAVITY",
@@ -45,13 +45,13 @@ def review_fourbar():
     """(prototype, model, model_q0): the review's four-bar (the bundled ``fourbar-review``)
     and the estimator's model, whose gravity is -8.81 m/s^2 and whose initial crank angle is
     pi/3 + pi/16 (assembled; the model mechanism's ``q0`` is that configuration too)."""
-    import mbfg
     from mbfg.loader import load_spec
+    from mbfg.model import build_mechanism
     from mbfg.model import kinematics as K
     from mbfg.resources import mechanism_path
     spec = load_spec(mechanism_path("fourbar-review"))
-    proto = mbfg.build_mechanism(spec)
-    model = mbfg.build_mechanism(dataclasses.replace(spec, gravity=(0.0, MODEL_GRAVITY)))
+    proto = build_mechanism(spec)
+    model = build_mechanism(dataclasses.replace(spec, gravity=(0.0, MODEL_GRAVITY)))
     k = model.coordinate_index(CRANK)
     q0 = K.solve_finite_displacement(model, model.q0, [k], [model.q0[k] + ANGLE_OFFSET])
     q0 = np.asarray(q0, float)
@@ -99,7 +99,7 @@ def metrics(result, truth, k, dt, after=2.0, smoothed=False) -> dict:
     for name, e, x in zip(("pos", "vel", "acc"), est, (q, qd, qdd)):
         err = e[:, k] - x[:len(e), k]
         if name == "pos":
-            err = np.arctan2(np.sin(err), np.cos(err))
+            err = wrap_angle(err)
         out[f"{name}_rmse"] = _rmse(err)
         out[f"{name}_rmse_after"] = _rmse(err[i0:])
     out["ms_per_step"] = float(result.stats.get("ms_per_step", float("nan")))

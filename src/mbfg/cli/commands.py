@@ -270,7 +270,7 @@ def cmd_inverse(args) -> int:
     from mbfg.model import kinematics as K
     from mbfg.progress import ProgressBar
 
-    from mbfg.io import uniform_step
+    from mbfg.trajectories import uniform_step
 
     check_output(args.out, "--out")
     check_plot(args.plot)
@@ -326,7 +326,7 @@ def cmd_synthesize(args) -> int:
     import mbfg
     from mbfg.io import write_readings
     from mbfg.model.integrate import integrate_reference
-    from mbfg.model.sensors import load_sensors
+    from mbfg.loader import load_sensors
 
     t_end, dt = _positive(args.t_end, "--t-end"), _positive(args.dt, "--dt")
     seed = _seed(args.seed)
@@ -376,9 +376,10 @@ def cmd_estimate(args) -> int:
 
     import mbfg
     from mbfg.estimation import estimate, estimator
-    from mbfg.io import read_readings, uniform_step
+    from mbfg.io import read_readings
+    from mbfg.trajectories import uniform_step
     from mbfg.progress import ProgressBar
-    from mbfg.model.sensors import load_sensors
+    from mbfg.loader import load_sensors
 
     _seed(args.seed)
     est = estimator(args.method)

@@ -18,12 +18,6 @@ from mbfg.solvers.batch import optimize
 from mbfg.solvers.smoother import FixedLagSmoother
 
 
-def _initial_state(mech, q0, qd0):
-    q0 = np.array(mech.q0 if q0 is None else q0, float)
-    qd0 = np.zeros(mech.n) if qd0 is None else K.project_velocity(mech, q0, np.asarray(qd0, float))
-    return q0, qd0
-
-
 def make_problem(mech, dt, coords, integrator, indices, q0, settings=None, forces=None):
     settings = settings or ForwardSettings(dt=dt, integrator=integrator)
     if coords == "independent":
@@ -63,7 +57,7 @@ def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "depen
         With ``partial``: the trajectory up to the last converged segment.
     """
     t0 = time.perf_counter()
-    q0, qd0 = _initial_state(mech, q0, qd0)
+    q0, qd0 = K.release_state(mech, q0, qd0)
     problem = make_problem(mech, dt, coords, integrator, indices, q0, settings, forces)
     first = problem
     dt = problem.settings.dt
@@ -194,7 +188,7 @@ def explicit_guess(mech, q0, qd0, dt, N, coarse: int = 1, forces: ForceInput = N
         ac[k + 1] = D.forward_dynamics(mech, qc[k + 1], vc[k] + h * ac[k], Qc(k + 1))
         vc[k + 1] = vc[k] + 0.5 * h * (ac[k] + ac[k + 1])
         if (k + 1) % 10 == 0:  # keep the coarse path near the constraint manifold
-            qc[k + 1] = K.project_positions_batch(mech, qc[k + 1][None])[0]
+            qc[k + 1] = K.solve_positions_batch(mech, qc[k + 1], max_iter=3)[0][0]
             vc[k + 1] = K.project_velocities_batch(mech, qc[k + 1][None], vc[k + 1][None])[0]
     # cubic Hermite interpolation of q (with v) and linear interpolation of v
     t = np.arange(N + 1) * dt
@@ -203,7 +197,7 @@ def explicit_guess(mech, q0, qd0, dt, N, coarse: int = 1, forces: ForceInput = N
     h00, h10, h01, h11 = 2 * s**3 - 3 * s**2 + 1, s**3 - 2 * s**2 + s, -2 * s**3 + 3 * s**2, s**3 - s**2
     q = h00 * qc[i] + h10 * h * vc[i] + h01 * qc[i + 1] + h11 * h * vc[i + 1]
     v = (1 - s) * vc[i] + s * vc[i + 1]
-    q = K.project_positions_batch(mech, q)
+    q = K.solve_positions_batch(mech, q, max_iter=3)[0]
     v = K.project_velocities_batch(mech, q, v)
     q[0], v[0] = q0, qd0
     return q, v, D.forward_dynamics(mech, q, v, forces_at(forces, t0 + t, mech.n))
@@ -262,7 +256,7 @@ def simulate_smoother(mech, t_end: float, dt: float = 1e-3, *, coords: str = "de
     seconds, ms_per_step, steps.
     """
     t0 = time.perf_counter()
-    q0, qd0 = _initial_state(mech, q0, qd0)
+    q0, qd0 = K.release_state(mech, q0, qd0)
     problem = make_problem(mech, dt, coords, integrator, indices, q0, settings, forces)
     dt = problem.settings.dt
     N = int(round(t_end / dt))

@@ -10,7 +10,7 @@ import numpy as np
 
 from mbfg.errors import SolverError
 from mbfg.graphs.inverse import InverseProblem, InverseSettings
-from mbfg.io import uniform_step
+from mbfg.trajectories import uniform_step
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
 from mbfg.results import Stats, TrajectoryResult
@@ -53,18 +53,8 @@ def positions_by_continuation(mech, imposed, desired, q_guess=None, stride: int 
     for j in range(mech.n):
         out[:, j] = np.interp(np.arange(N), coarse, qc[:, j])
     out[:, imposed] = desired
-    free = np.setdiff1d(np.arange(mech.n), imposed)
-    from mbfg.model import constraints as C
-    for _ in range(20):
-        phi = C.position_constraints(mech, out)
-        bad = np.max(np.abs(phi), axis=1) > tol
-        if not bad.any():
-            return out
-        J = C.constraint_jacobian(mech, out[bad])[:, :, free]
-        step = np.einsum("tij,tj->ti", np.linalg.pinv(J), -phi[bad])
-        rows = np.flatnonzero(bad)
-        out[np.ix_(rows, free)] += step
-    for k in np.flatnonzero(np.max(np.abs(C.position_constraints(mech, out)), axis=1) > tol):
+    out, ok = K.solve_positions_batch(mech, out, imposed, desired, tol=tol, max_iter=20)
+    for k in np.flatnonzero(~ok):
         prev = out[k - 1] if k > 0 else np.array(mech.q0, float)
         out[k] = K.solve_finite_displacement(mech, prev, imposed, desired[k], tol=tol)
     return out

@@ -30,9 +30,14 @@ import time
 
 import numpy as np
 
-from mbfg.estimation.kalman import (_applied, _measure, _prepare, _residual,
-                                    _result, _setup, assemble_batch, model_state)
+from mbfg.estimation.common import (applied_forces, assumed_sigmas, filter_result,
+                                    initial_state, innovation, predict_readings,
+                                    reading_variances, readings_by_step, sensor_set,
+                                    systematic_resample, weighted_mean)
+from mbfg.model.dynamics import independent_state
 from mbfg.model.forces import force_function
+from mbfg.model.integrate import independent_step
+from mbfg.model.kinematics import solve_positions_batch
 
 __all__ = ["particle_filter", "branch_sign", "default_branch_points", "mirror_branch"]
 
@@ -91,7 +96,7 @@ def _sweep_table(model, q, idx, span=np.pi, step=np.radians(2.0)):
         qc = q[None].copy()
         for s in np.arange(1, int(np.ceil(span / step)) + 1):
             zz = z0 + sgn * s * step
-            qn, ok = assemble_batch(model, qc, idx, np.array([[zz]]))
+            qn, ok = solve_positions_batch(model, qc, idx, np.array([[zz]]))
             if not ok[0]:
                 break
             qc = qn
@@ -99,31 +104,6 @@ def _sweep_table(model, q, idx, span=np.pi, step=np.radians(2.0)):
             qs.append(qn[0])
     order = np.argsort(zs)
     return np.asarray(zs)[order], np.asarray(qs)[order]
-
-
-def _rk4(model, q, z, zd, zdd, v, idx, dt, Q):
-    """RK4 step of zddot = f(z, zdot) + v for all particles; zdd = f + v at the start."""
-    def acc(qg, zz, zzd):
-        qq, ok = assemble_batch(model, qg, idx, zz)
-        return qq, ok, model_state(model, qq, idx, zzd, Q).zdd + v
-    q2, ok2, a2 = acc(q, z + 0.5 * dt * zd, zd + 0.5 * dt * zdd)
-    zd2 = zd + 0.5 * dt * zdd
-    q3, ok3, a3 = acc(q2, z + 0.5 * dt * zd2, zd + 0.5 * dt * a2)
-    zd3 = zd + 0.5 * dt * a2
-    q4, ok4, a4 = acc(q3, z + dt * zd3, zd + dt * a3)
-    zd4 = zd + dt * a3
-    z1 = z + dt / 6 * (zd + 2 * zd2 + 2 * zd3 + zd4)
-    zd1 = zd + dt / 6 * (zdd + 2 * a2 + 2 * a3 + a4)
-    return q4, z1, zd1, ok2 & ok3 & ok4
-
-
-def _systematic(w, rng, count=None):
-    """``count`` (default ``w.size``) indices drawn by systematic resampling."""
-    M = w.size if count is None else int(count)
-    u = (rng.random() + np.arange(M)) / M
-    c = np.cumsum(w)
-    c[-1] = 1.0
-    return np.searchsorted(c, u)
 
 
 # ========================================================================= the filter
@@ -176,8 +156,10 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
     t0 = time.perf_counter()
     n_steps = int(n_steps)
     rng = np.random.default_rng(seed)
-    sensors, sig, per_step = _prepare(model, sensors, readings, n_steps, sensor_sigmas)
-    qa, idx, zd0 = _setup(model, q0, qd0, indices)
+    sensors = sensor_set(sensors, model)
+    sig = assumed_sigmas(sensors, sensor_sigmas)
+    per_step = readings_by_step(sensors, readings, n_steps)
+    qa, idx, zd0 = initial_state(model, q0, qd0, indices)
     q0a = qa[0]
     d, n, M_target = idx.size, model.n, int(n_particles)
     M = max(int(initial_particles or 0), M_target)  # current population size
@@ -210,13 +192,14 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
         guess = np.broadcast_to(q0a, (M, n))
     else:
         raise ValueError(f"init must be 'uniform' or 'gaussian', got {init!r}")
-    q, ok = assemble_batch(model, guess, idx, z)
+    q, ok = solve_positions_batch(model, guess, idx, z)
     wrong = ok & (branch_sign(model, q, pts) != B)
     if wrong.any():
-        q[wrong], ok2 = assemble_batch(model, mirror_branch(model, q[wrong], pts), idx, z[wrong])
+        q[wrong], ok2 = solve_positions_batch(model, mirror_branch(model, q[wrong], pts), idx,
+                                             z[wrong])
         ok[wrong] = ok2
     logw = np.where(ok, -np.log(M), -np.inf)
-    st = model_state(model, q, idx, zd, _applied(Qfun, 0.0, None, idx, n, M))
+    st = independent_state(model, q, idx, zd, applied_forces(Qfun, 0.0, None, idx, n, M))
     noise = sigma_a * rng.normal(size=(M, d))
     zdd = st.zdd + noise
     qdd = st.qdd + np.einsum("pij,pj->pi", st.R, noise)
@@ -235,19 +218,21 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
         tk = k * dt
         if k > 0:
             # line 2: integrate with the particle's sampled acceleration
+            Qk = applied_forces(Qfun, tk, None, idx, n, M)
             if integrator == "rk4":
-                qg, z, zd, ok0 = _rk4(model, q, z, zd, zdd, noise, idx, dt,
-                                      _applied(Qfun, tk - 0.5 * dt, None, idx, n, M))
+                st, z, zd, ok = independent_step(
+                    model, q, z, zd, zdd, idx, dt, Qk, "rk4", acceleration_noise=noise,
+                    Q_stages=applied_forces(Qfun, tk - 0.5 * dt, None, idx, n, M))
             elif integrator == "constant":
-                qg, ok0 = q, np.ones(M, bool)
                 z = z + dt * zd + 0.5 * dt * dt * zdd
                 zd = zd + dt * zdd
+                q, ok = solve_positions_batch(model, q, idx, z)
+                st = independent_state(model, q, idx, zd, Qk)
             else:
                 raise ValueError(f"integrator must be 'rk4' or 'constant', got {integrator!r}")
-            q, ok = assemble_batch(model, qg, idx, z)
-            logw[~(ok & ok0)] = -np.inf
-            # line 3: probabilistic equations of motion
-            st = model_state(model, q, idx, zd, _applied(Qfun, tk, None, idx, n, M))
+            q = st.q
+            logw[~ok] = -np.inf
+            # line 3: probabilistic equations of motion (st: the dynamics at the new state)
             noise = sigma_a * rng.normal(size=(M, d))
             zdd = st.zdd + noise
             qdd = st.qdd + np.einsum("pij,pj->pi", st.R, noise)
@@ -255,9 +240,9 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
         avail = per_step[k]
         if avail:
             # line 5: weight update with the Gaussian likelihood of the readings
-            h, o, ang = _measure(model, sensors, avail, q, qd, qdd)
-            r = _residual(o[None], h, ang)
-            var = np.concatenate([np.full(sensors[i].dim, sig[i] ** 2) for i, _ in avail])
+            h, o, ang = predict_readings(model, sensors, avail, q, qd, qdd)
+            r = innovation(o[None], h, ang)
+            var = reading_variances(sensors, avail, sig)
             logw = logw - 0.5 * np.sum(r * r / var, axis=-1)
         # lines 7-10: normalize
         mx = np.max(logw)
@@ -273,16 +258,7 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
         # ---- estimates (Eqs. 19, 20)
         bsign = branch_sign(model, q, pts)
         p_plus[k] = float(np.sum(w[bsign > 0]))
-        zm = np.empty(d)
-        dz = np.empty((M, d))
-        for j in range(d):
-            if angular[j]:
-                ang_m = np.arctan2(np.sum(w * np.sin(z[:, j])), np.sum(w * np.cos(z[:, j])))
-                zm[j] = z_prev[j] + np.arctan2(np.sin(ang_m - z_prev[j]), np.cos(ang_m - z_prev[j]))
-                dz[:, j] = np.arctan2(np.sin(z[:, j] - zm[j]), np.cos(z[:, j] - zm[j]))
-            else:
-                zm[j] = np.sum(w * z[:, j])
-                dz[:, j] = z[:, j] - zm[j]
+        zm, dz = weighted_mean(z, w, angular, reference=z_prev)
         z_prev = zm
         zdm = w @ zd
         zddm = w @ zdd
@@ -291,19 +267,18 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
         bmax = 1 if p_plus[k] >= 0.5 else -1
         on_b = np.flatnonzero(bsign == bmax)
         best = on_b[np.argmax(w[on_b])] if on_b.size else int(np.argmax(w))
-        qm, okm = assemble_batch(model, q[best][None], idx, zm[None])
+        qm, okm = solve_positions_batch(model, q[best], idx, zm[None])
         if not okm[0]:
             qm = q[best][None]
-        stm = model_state(model, qm, idx, zdm[None], zdd=zddm[None])
+        stm = independent_state(model, qm, idx, zdm[None], zdd=zddm[None])
         out_q[k], out_qd[k], out_qdd[k] = stm.q[0], stm.qd[0], stm.qdd[0]
         # lines 11-14: selective (systematic) resampling
         shrink = M > M_target and max(p_plus[k], 1.0 - p_plus[k]) > 0.99
         if ess < resample_threshold * M or shrink:
-            sel = _systematic(w, rng, M_target if shrink else M)
+            sel = systematic_resample(w, rng, M_target if shrink else M)
             M = sel.size
             z, zd, zdd, q, qdd, noise = z[sel], zd[sel], zdd[sel], q[sel], qdd[sel], noise[sel]
-            st.R = st.R[sel]
-            st.qd = st.qd[sel]
+            st = st.select(sel)
             logw = np.full(M, -np.log(M))
             n_res += 1
     stats = {"indices": tuple(int(i) for i in idx), "n_particles": M_target, "sigma_a": sigma_a,
@@ -314,4 +289,4 @@ def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, q
     if true_branch is not None:
         tb = int(np.sign(true_branch))
         stats["branch_probability"] = p_plus if tb > 0 else 1.0 - p_plus
-    return _result("pf", dt, out_q, out_qd, out_qdd, zstd, zdstd, t0, n_steps, stats)
+    return filter_result("pf", dt, out_q, out_qd, out_qdd, zstd, zdstd, t0, n_steps, stats)

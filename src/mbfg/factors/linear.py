@@ -13,7 +13,7 @@ import gtsam
 import numpy as np
 
 from mbfg.factors.adapter import noise_model
-from mbfg.solvers.gaussian import gaussian_factor
+from mbfg.factors.gaussian import gaussian_factor
 
 
 def _inv_sigmas(sigmas, dim):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from mbfg.factors.adapter import FactorSpec, custom_factor
+from mbfg.model.sensors import wrap_angle
 
 __all__ = ["observation_residual", "observation_spec", "observation_factor"]
 
@@ -37,7 +38,7 @@ def observation_residual(mech, sensor, reading):
             args[_ARG[s]] = p[s]
         e = sensor.measure(mech, *args) - z
         if sensor.angular:
-            e = np.arctan2(np.sin(e), np.cos(e))
+            e = wrap_angle(e)
         if not jacobians:
             return e, None
         J = sensor.jacobians(mech, *args)

@@ -123,8 +123,10 @@ class ForwardProblem(_AppliedForces):
         self.forces = forces
         self._window_cache: dict = {}
         c, s = sc.coordinates, sc.constraints
-        # sigmas of each family: the scale of its residual (dimensionless after whitening)
-        self._sig = dict(q=c, v=c / dt, a=c / dt ** 2, phi=s, phid=s / dt, phidd=s / dt ** 2)
+        #: sigma of each residual family (q, v, a, phi, phid, phidd): the scale of its residual,
+        #: so every whitened row is dimensionless; the square graph's solution does not
+        #: depend on them
+        self.sigmas = dict(q=c, v=c / dt, a=c / dt ** 2, phi=s, phid=s / dt, phidd=s / dt ** 2)
         scale = {"q": c, "v": c / dt, "a": c / dt ** 2, "alpha": np.array([np.inf])}
         if self.indices is not None:
             ci = c[list(self.indices)]
@@ -136,7 +138,7 @@ class ForwardProblem(_AppliedForces):
     def initial_priors(self, q_start, v_start, row: int = 0) -> list:
         """Priors holding the step at ``row`` at (q_start, v_start): dependent q and v;
         independent z, zd and an approximate q (the paper's weak prior that picks the branch)."""
-        lay, sig = self.layout, self._sig
+        lay, sig = self.layout, self.sigmas
         q_start, v_start = np.asarray(q_start, float), np.asarray(v_start, float)
         if self.coords == "dependent":
             return [L.prior(lay, row, "q", q_start, sig["q"]),
@@ -193,7 +195,7 @@ class ForwardProblem(_AppliedForces):
 
     def _window_terms(self, steps, plan, incoming) -> list:
         rows = np.arange(steps.size)
-        lay, sig, mech = self.layout, self._sig, self.mech
+        lay, sig, mech = self.layout, self.sigmas, self.mech
         Q = self.applied_forces(steps)
         plan = (np.zeros((0, mech.dof + 1), int) if steps.size == 1
                 else np.asarray(plan, int).reshape(steps.size - 1, -1))

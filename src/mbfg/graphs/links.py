@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mbfg.solvers.batch import BatchTerm
+from mbfg.graphs.batch_term import BatchTerm
 
 
 class IntegratorLinks(BatchTerm):

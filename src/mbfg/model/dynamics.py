@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mbfg.model import constraints as C
-from mbfg.model.kinematics import selection_matrix, velocity_transform
+from mbfg.model.kinematics import selection_matrix, velocity_sensitivity, velocity_transform
 
 
 @dataclass(frozen=True)
@@ -166,6 +166,18 @@ def forward_dynamics_jacobians(mech, q, qd, Q=None, *, baumgarte: Baumgarte | No
                              d_Q=X[..., :n, 2 * n:])
 
 
+def _reduced(mech, R, S, c, Q, lead, solve=True):
+    """Mbar = R^T M R and zddot = Mbar^-1 R^T (Q_g + Q - M S c) (Eq. 15) for a batch."""
+    M = mech.mass_matrix()
+    Rt = np.swapaxes(R, -1, -2)
+    Mbar = Rt @ M @ R
+    if not solve:
+        return Mbar, None
+    Sc = np.einsum("...ij,...j->...i", S, c)
+    Qbar = np.einsum("...ij,...j->...i", Rt, _applied(mech, Q, lead) - Sc @ M.T)
+    return Mbar, np.linalg.solve(Mbar, Qbar[..., None])[..., 0]
+
+
 def independent_dynamics(mech, q, qd, indices, Q=None) -> np.ndarray:
     """zddot of Eq. (15): (R^T M R)^-1 R^T (Q_g + Q - M S c), shape (..., d).
 
@@ -174,13 +186,87 @@ def independent_dynamics(mech, q, qd, indices, Q=None) -> np.ndarray:
     qd = np.asarray(qd, float)
     rows, _, c = _rhs_c(mech, q, qd, None)
     R, S = velocity_transform(mech, q, indices, rows)
-    M = mech.mass_matrix()
-    Qt = _applied(mech, Q, q.shape[:-1])
-    Rt = np.swapaxes(R, -1, -2)
-    Mbar = Rt @ M @ R
-    Sc = np.einsum("...ij,...j->...i", S, c)
-    Qbar = np.einsum("...ij,...j->...i", Rt, Qt - Sc @ M.T)
-    return np.linalg.solve(Mbar, Qbar[..., None])[..., 0]
+    return _reduced(mech, R, S, c, Q, q.shape[:-1])[1]
+
+
+@dataclass(frozen=True)
+class IndependentState:
+    """States written in independent coordinates z = q[indices] (paper Eqs. 11, 12, 15).
+
+    Shapes for N states, d independent coordinates and m' independent constraint rows:
+    q, qd, qdd (N, n) [m, rad and rates]; zdd (N, d); R (N, n, d) and S (N, n, m') the
+    velocity transform (Eq. 11); c (N, m') the acceleration right-hand side (Eq. 3);
+    Mbar (N, d, d) = R^T M R; rows (m',) or (N, m') the constraint rows used."""
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+    zdd: np.ndarray
+    R: np.ndarray
+    S: np.ndarray
+    c: np.ndarray
+    Mbar: np.ndarray
+    rows: np.ndarray
+
+    def select(self, which) -> "IndependentState":
+        """The states ``which`` (an index array or mask over N)."""
+        rows = self.rows if self.rows.ndim == 1 else self.rows[which]
+        return IndependentState(self.q[which], self.qd[which], self.qdd[which],
+                                self.zdd[which], self.R[which], self.S[which], self.c[which],
+                                self.Mbar[which], rows)
+
+
+def independent_state(mech, q, indices, zd, Q=None, zdd=None) -> IndependentState:
+    """Velocities and accelerations of assembled configurations from independent rates.
+
+    qdot = R zdot (Eq. 11), zddot from the dynamics (Eq. 15) with the applied forces ``Q``
+    (gravity always added) unless ``zdd`` is given, and qddot = S c + R zddot (Eq. 12).
+
+    Parameters
+    ----------
+    q : (N, n) assembled configurations (:func:`mbfg.model.kinematics.solve_positions_batch`)
+    indices : (d,) independent coordinates
+    zd : (N, d) their rates
+    Q : (N, n) or (n,), optional, applied generalized forces [N, N m]
+    zdd : (N, d), optional, imposed independent accelerations
+    """
+    q = np.asarray(q, float)
+    idx = np.asarray(indices, int)
+    Jall = C.constraint_jacobian(mech, q)
+    rows = C.independent_rows(mech, q, Jall)
+    R, S = velocity_transform(mech, q, idx, rows, J=Jall)
+    zd = np.asarray(zd, float)
+    qd = np.einsum("...ij,...j->...i", R, zd)
+    c = -C.take_rows(C.acceleration_bias(mech, q, qd), rows)
+    Mbar, zdd_model = _reduced(mech, R, S, c, Q, q.shape[:-1], solve=zdd is None)
+    zdd = zdd_model if zdd is None else np.broadcast_to(np.asarray(zdd, float), zd.shape)
+    qdd = np.einsum("...ij,...j->...i", S, c) + np.einsum("...ij,...j->...i", R, zdd)
+    return IndependentState(q, qd, qdd, zdd, R, S, c, Mbar, rows)
+
+
+@dataclass(frozen=True)
+class ManifoldJacobians:
+    """Total derivatives along the constraint manifold at one state (shapes (n, d)):
+    dqdot/dz (zdot held), and dqddot/dz, dqddot/dzdot with zddot from the dynamics."""
+    dqd_dz: np.ndarray
+    dqdd_dz: np.ndarray | None
+    dqdd_dzd: np.ndarray | None
+
+
+def manifold_jacobians(mech, state: IndependentState, Q=None, k: int = 0, *,
+                       accelerations: bool = True) -> ManifoldJacobians:
+    """Derivatives of state ``k`` of ``state`` with respect to (z, zdot).
+
+    dqdot/dz from :func:`mbfg.model.kinematics.velocity_sensitivity`; with
+    ``accelerations``, dqddot/dz = D_q R + D_qd dqdot/dz and dqddot/dzdot = D_qd R, D the exact
+    dynamics Jacobians (Eqs. 27-29, :func:`forward_dynamics_jacobians`) at the applied forces
+    ``Q`` (n,).  The rows ``indices`` of the acceleration ones are dzddot/dz, dzddot/dzdot."""
+    rows = state.rows if state.rows.ndim == 1 else state.rows[k]
+    q, qd, R = state.q[k], state.qd[k], state.R[k]
+    dqd_dz = velocity_sensitivity(mech, q, qd, R, state.S[k], rows)
+    if not accelerations:
+        return ManifoldJacobians(dqd_dz, None, None)
+    dj = forward_dynamics_jacobians(mech, q, qd, Q)
+    return ManifoldJacobians(dqd_dz, dj.d_q @ R + dj.d_qd @ dqd_dz, dj.d_qd @ R)
 
 
 def independent_dynamics_jacobians(mech, q, qd, indices, Q=None) -> DynamicsJacobians:
@@ -214,5 +300,6 @@ def inverse_dynamics(mech, q, qd, qdd, actuated) -> np.ndarray:
 
 __all__ = [
     "Baumgarte", "DynamicsJacobians", "forward_dynamics", "forward_dynamics_jacobians",
-    "independent_dynamics", "independent_dynamics_jacobians", "inverse_dynamics"
+    "independent_dynamics", "independent_dynamics_jacobians", "inverse_dynamics",
+    "IndependentState", "independent_state", "ManifoldJacobians", "manifold_jacobians"
 ]

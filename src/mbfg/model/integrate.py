@@ -176,6 +176,87 @@ def integrate_trapezoidal(mech, t_end: float, dt: float, *, q0=None, qd0=None, f
     return ReferenceTrajectory(t=ts, q=Q_out, qd=V_out, qdd=A_out)
 
 
+INDEPENDENT_METHODS = ("euler", "trapezoidal", "rk4")
+"""Integrators of :func:`independent_step`."""
+
+
+def independent_step(mech, q, z, zd, zdd, indices, dt: float, Q=None, method: str = "trapezoidal",
+                     *, Q_stages=None, acceleration_noise=None, tol: float = 1e-10,
+                     max_iter: int = 20):
+    """One step of the independent-coordinate ODE zddot = f(z, zdot) (Eq. 15) for N states.
+
+    The prediction step of the Kalman filters and the particle filter (each state one filter
+    state, sigma point or particle).  Positions at each stage come from the batched position
+    problem started at the previous configuration (continuation keeps each state's assembly
+    branch), velocities and accelerations from :func:`mbfg.model.dynamics.independent_state`.
+
+    Parameters
+    ----------
+    q : (N, n) assembled configurations at the start of the step
+    z, zd, zdd : (N, d) independent coordinates, rates and accelerations at the start
+    indices : (d,) the independent coordinates
+    dt : step [s]
+    Q : (N, n) or (n,), optional, applied forces at the end of the step [N, N m]
+    method : "euler", "trapezoidal" or "rk4"
+        ``"euler"``: forward Euler (review Eq. 49).  ``"trapezoidal"``: z1 = z + dt/2 (zd + zd1),
+        zd1 = zd + dt/2 (zdd + zdd1) by fixed-point iteration until the change of z (relative
+        to the coordinates' scales) and of dt zd falls below ``tol``.  ``"rk4"``: classical
+        Runge-Kutta, the forces ``Q_stages`` (default ``Q``) held over the step.
+    acceleration_noise : (N, d), optional
+        An acceleration added to f at every stage (the particle filter's sampled noise).
+
+    Returns
+    -------
+    state : IndependentState at the end of the step (forces ``Q``)
+    z1, zd1 : (N, d)
+    assembled : (N,) bool, False where a position problem failed
+    """
+    from mbfg.model.dynamics import independent_state
+    from mbfg.model.scales import coordinate_scales
+
+    idx = np.asarray(indices, int)
+    noise = 0.0 if acceleration_noise is None else acceleration_noise
+
+    def at(q_guess, z_new, zd_new, forces):
+        qn, ok = K.solve_positions_batch(mech, q_guess, idx, z_new)
+        return independent_state(mech, qn, idx, zd_new, forces), ok
+
+    if method == "euler":
+        z1, zd1 = z + dt * zd, zd + dt * zdd
+        st, ok = at(q, z1, zd1, Q)
+        return st, z1, zd1, ok
+    if method == "rk4":
+        Qs = Q if Q_stages is None else Q_stages
+        s2, ok2 = at(q, z + 0.5 * dt * zd, zd + 0.5 * dt * zdd, Qs)
+        zd2, a2 = zd + 0.5 * dt * zdd, s2.zdd + noise
+        s3, ok3 = at(s2.q, z + 0.5 * dt * zd2, zd + 0.5 * dt * a2, Qs)
+        zd3, a3 = zd + 0.5 * dt * a2, s3.zdd + noise
+        s4, ok4 = at(s3.q, z + dt * zd3, zd + dt * a3, Qs)
+        zd4, a4 = zd + dt * a3, s4.zdd + noise
+        z1 = z + dt / 6 * (zd + 2 * zd2 + 2 * zd3 + zd4)
+        zd1 = zd + dt / 6 * (zdd + 2 * a2 + 2 * a3 + a4)
+        st, ok = at(s4.q, z1, zd1, Q)
+        return st, z1, zd1, ok & ok2 & ok3 & ok4
+    if method != "trapezoidal":
+        raise ValueError(f"unknown integrator {method!r}; expected one of {INDEPENDENT_METHODS}")
+    scale = coordinate_scales(mech)[idx]
+    zd1 = zd + dt * zdd
+    z1 = z + dt * zd + 0.5 * dt * dt * zdd
+    q1 = q
+    for _ in range(max_iter):
+        st, _ = at(q1, z1, zd1, Q)
+        q1 = st.q
+        zd_new = zd + 0.5 * dt * (zdd + st.zdd + noise)
+        z_new = z + 0.5 * dt * (zd + zd_new)
+        err = max(np.max(np.abs(z_new - z1) / scale), np.max(np.abs(zd_new - zd1) / scale) * dt)
+        z1, zd1 = z_new, zd_new
+        if err <= tol:
+            break
+    st, ok = at(q1, z1, zd1, Q)
+    return st, z1, zd1, ok
+
+
 __all__ = [
-    "ReferenceTrajectory", "integrate_reference", "integrate_trapezoidal"
+    "ReferenceTrajectory", "integrate_reference", "integrate_trapezoidal", "independent_step",
+    "INDEPENDENT_METHODS"
 ]

@@ -152,19 +152,39 @@ def check_independent_coordinates(mech, indices, q=None):
     return idx
 
 
-def velocity_transform(mech, q, indices, rows=None):
+def velocity_transform(mech, q, indices, rows=None, J=None):
     """R (n, d) and S (n, m') of Eq. (11): [Phi_q'; B]^-1 = [S R], where Phi_q' keeps the
     independent constraint rows ``rows`` (default :func:`~mbfg.model.constraints.independent_rows`).
 
     qdot = S b + R zdot (Eq. 11);  qddot = S c + R zddot (Eq. 12), with b and c taken on the
-    same rows."""
-    Jall = C.constraint_jacobian(mech, q)
+    same rows.  Vectorized over leading axes of ``q``; ``J`` is Phi_q(q) of all rows when the
+    caller already has it."""
+    Jall = C.constraint_jacobian(mech, q) if J is None else J
     rows = C.independent_rows(mech, q, Jall) if rows is None else rows
     J = C.take_rows(Jall, rows, 1)
     B = np.broadcast_to(selection_matrix(mech.n, indices), J.shape[:-2] + (len(indices), mech.n))
     Kinv = np.linalg.inv(np.concatenate([J, B], axis=-2))
     mr = J.shape[-2]
     return Kinv[..., :, mr:], Kinv[..., :, :mr]
+
+
+def velocity_sensitivity(mech, q, qd, R, S, rows) -> np.ndarray:
+    """dqdot/dz (n, d) along the constraint manifold at one state, with zdot held.
+
+    Differentiating Phi_q' qdot = 0 and B qdot = zdot along the manifold direction R e_j gives
+    dqdot/dz_j = -S (dPhi_q'/dq . R e_j) qdot (the derivative of Eq. 11 with b = 0).
+
+    Parameters
+    ----------
+    q, qd : (n,) state on the manifold [m, rad; m/s, rad/s]
+    R, S : (n, d), (n, m') the velocity transform at q (:func:`velocity_transform`)
+    rows : (m',) the independent constraint rows R and S were built with
+    """
+    cols = []
+    for j in range(R.shape[1]):
+        Jd = C.take_rows(C.constraint_jacobian_dot(mech, q, R[:, j]), rows, 1)
+        cols.append(-S @ (Jd @ qd))
+    return np.stack(cols, axis=1) if cols else np.zeros((mech.n, 0))
 
 
 def null_space_basis(mech, q, indices=None) -> np.ndarray:
@@ -196,6 +216,14 @@ def project_velocity(mech, q, qd) -> np.ndarray:
     """Minimum-norm correction of qdot onto Phi_q qdot = 0."""
     J = C.constraint_jacobian(mech, q)
     return qd - np.linalg.lstsq(J, J @ qd, rcond=None)[0]
+
+
+def release_state(mech, q0=None, qd0=None) -> tuple[np.ndarray, np.ndarray]:
+    """The state a motion starts from: ``q0`` (n,) (default the assembled ``mech.q0``) and
+    ``qd0`` (n,) projected onto Phi_q qdot = 0 (default rest) [m, rad; m/s, rad/s]."""
+    q0 = np.array(mech.q0 if q0 is None else q0, float)
+    qd0 = np.zeros(mech.n) if qd0 is None else project_velocity(mech, q0, np.asarray(qd0, float))
+    return q0, qd0
 
 
 def point_coordinate_indices(mech, point: int) -> tuple:
@@ -250,19 +278,78 @@ def inverse_kinematics_point_path(mech, point: int, xy, *, q_guess=None, xy_dot=
     return out, qd, qdd
 
 
-def project_positions_batch(mech, q, iterations: int = 3) -> np.ndarray:
-    """Vectorized minimum-norm Newton projection of many configurations (T, n) onto Phi = 0,
-    using the independent constraint rows (a few iterations; no convergence check: for
-    initial guesses)."""
-    q = np.array(q, float)
-    for _ in range(iterations):
-        Jall = C.constraint_jacobian(mech, q)
-        rows = C.independent_rows(mech, q, Jall)
-        J = C.take_rows(Jall, rows, 1)
-        phi = C.take_rows(C.position_constraints(mech, q), rows)
-        y = np.linalg.solve(J @ np.swapaxes(J, 1, 2), phi[..., None])
-        q -= (np.swapaxes(J, 1, 2) @ y)[..., 0]
-    return q
+def solve_positions_batch(mech, q_guess, fixed_indices=(), fixed_values=None, *,
+                          tol: float = 1e-12, max_iter: int = 30) -> tuple[np.ndarray, np.ndarray]:
+    """Position problem Phi(q) = 0 for many states at once (batched Newton, paper Eq. 1).
+
+    The one batched position solver of the package: the filters' assembly from independent
+    coordinates, the inverse-dynamics continuation and the projection of initial guesses all
+    call it.  Each iteration takes the minimum-norm step on the free coordinates (those not in
+    ``fixed_indices``) for the independent constraint rows, so every state stays on the
+    assembly branch of its guess.
+
+    Parameters
+    ----------
+    q_guess : (N, n) or (n,) array
+        Initial configurations [m, rad].
+    fixed_indices : sequence of int
+        Coordinates held at ``fixed_values`` (the finite-displacement problem, Eq. 8); empty:
+        a projection onto the constraint manifold.
+    fixed_values : (N, k) or (k,) array
+    tol : float
+        A state has converged when max_i |Phi_i| / scale_i <= tol, ``scale_i`` the row scale
+        of :func:`mbfg.model.scales.constraint_scales` at the guess (unit-free).
+    max_iter : int
+        Newton iterations at most.
+
+    Returns
+    -------
+    q : (N, n) array
+        The configurations after the last iteration (converged or not).
+    converged : (N,) bool array
+    """
+    q = np.array(q_guess, dtype=float, ndmin=2)
+    idx = np.asarray(fixed_indices, int).ravel()
+    if idx.size:
+        q[:, idx] = np.broadcast_to(np.asarray(fixed_values, float), (q.shape[0], idx.size))
+    free = np.setdiff1d(np.arange(mech.n), idx)
+    with np.errstate(all="ignore"):
+        scale = constraint_scales(mech, q)
+    active = np.ones(q.shape[0], bool)
+    ok = np.zeros(q.shape[0], bool)
+    for it in range(max_iter + 1):
+        ai = np.flatnonzero(active)
+        qa = q[ai]
+        Jall = C.constraint_jacobian(mech, qa)
+        rows = C.independent_rows(mech, qa, Jall)
+        with np.errstate(all="ignore"):
+            rel = C.take_rows(C.position_constraints(mech, qa) / scale[ai], rows)
+        res = np.max(np.abs(rel), axis=-1) if rel.shape[-1] else np.zeros(ai.size)
+        done = res <= tol
+        ok[ai[done]] = True
+        keep = ~done & np.isfinite(res)
+        active[ai[~keep]] = False
+        if it == max_iter or not keep.any():
+            break
+        ai = ai[keep]
+        J = C.take_rows(Jall[keep], rows if rows.ndim == 1 else rows[keep], 1)[..., free]
+        phi = C.take_rows(C.position_constraints(mech, q[ai]), rows if rows.ndim == 1
+                          else rows[keep])
+        step = _minimum_norm_step(J, -phi)
+        q[ai[:, None], free[None, :]] += step
+    return q, ok
+
+
+def _minimum_norm_step(J, rhs):
+    """Minimum-norm solutions of J x = rhs for a batch (T, r, f), (T, r): a direct solve when
+    square, J^T (J J^T)^-1 rhs when wide; the pseudo-inverse where those are singular."""
+    try:
+        if J.shape[-2] == J.shape[-1]:
+            return np.linalg.solve(J, rhs[..., None])[..., 0]
+        Jt = np.swapaxes(J, -1, -2)
+        return (Jt @ np.linalg.solve(J @ Jt, rhs[..., None]))[..., 0]
+    except np.linalg.LinAlgError:
+        return np.einsum("...ij,...j->...i", np.linalg.pinv(J), rhs)
 
 
 def project_velocities_batch(mech, q, v) -> np.ndarray:
@@ -276,8 +363,10 @@ def project_velocities_batch(mech, q, v) -> np.ndarray:
 __all__ = [
     "numerical_rank", "independent_constraint_rows", "solve_position",
     "solve_finite_displacement", "choose_independent_coordinates", "selection_matrix",
-    "check_independent_coordinates", "velocity_transform", "null_space_basis",
+    "check_independent_coordinates", "velocity_transform", "velocity_sensitivity",
+    "null_space_basis",
     "solve_velocity", "acceleration_rhs", "solve_acceleration", "project_velocity",
-    "point_coordinate_indices", "inverse_kinematics_point_path", "project_positions_batch",
+    "release_state",
+    "point_coordinate_indices", "inverse_kinematics_point_path", "solve_positions_batch",
     "project_velocities_batch"
 ]

@@ -26,14 +26,12 @@ sensor              reading h                                                   
 ==================  ==========================================================  ========
 
 :class:`SensorSet` groups sensors (``measure`` stacks them, ``synthesize`` simulates noisy
-readings respecting the periods); :func:`load_sensors` reads the ``sensors:`` YAML format.
+readings respecting the periods); :func:`mbfg.loader.load_sensors` reads the ``sensors:`` YAML format.
 """
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -41,8 +39,7 @@ import numpy as np
 from mbfg.errors import SchemaError
 
 __all__ = ["Sensor", "AngleEncoder", "Gyroscope", "Accelerometer", "Marker", "Distance",
-           "SensorSet", "Readings", "SENSOR_TYPES", "load_sensors", "parse_sensors",
-           "wrap_angle"]
+           "SensorSet", "Readings", "SENSOR_TYPES", "wrap_angle", "readings_on_grid"]
 
 _R90 = np.array([[0.0, -1.0], [1.0, 0.0]])  # +90 deg rotation: perp(v) = _R90 @ v
 
@@ -455,221 +452,47 @@ class SensorSet(tuple):
         return out
 
 
-# ---------------------------------------------------------------------------- YAML format
-_COMMON_KEYS = ("type", "name", "sigma", "period")
-_TYPE_KEYS = {
-    "encoder": ("coordinate", "body", "sigma_deg"),
-    "gyroscope": ("body", "sigma_deg"),
-    "accelerometer": ("body", "point", "axis", "axis_deg"),
-    "marker": ("point",),
-    "distance": ("points",),
-}
+def readings_on_grid(sensors, readings, n_steps: int) -> list:
+    """Each sensor's readings placed on the time grid of ``n_steps`` steps.
 
+    Parameters
+    ----------
+    sensors : sequence of Sensor
+    readings : one ``(steps, values)`` per sensor (:meth:`SensorSet.synthesize`,
+        :func:`mbfg.io.read_readings`); ``values`` (len(steps), dim)
+    n_steps : int
 
-class _SensorLoader:
-    def __init__(self, text, source, mech):
-        from mbfg.loader import _Loader, _Reader
-        self.r = _Reader(text, source, expected="a mapping with a 'sensors' list")
-        self.base = _Loader(self.r)  # typed accessors: mapping, sequence, require, expression
-        self.mech = mech
-        self.env = dict(mech.spec.parameters)
+    Returns
+    -------
+    list of ``(values (n_steps, dim), present (n_steps,) bool)``, one per sensor; values are
+    zero where the sensor has no reading.  Readings after the last step are ignored.
 
-    def err(self, message, path):
-        return self.r.error(SchemaError, message, path)
-
-    def load(self) -> SensorSet:
-        from mbfg.loader import _closest
-        data = self.r.data
-        if data is None:
-            raise self.err("the file is empty; expected a mapping with a 'sensors' list", "")
-        doc = self.base.mapping(data, "", "a sensor description {sensors: [...]}")
-        for key in doc:
-            if key != "sensors":
-                raise self.err(f"unknown top-level key {key!r}{_closest(key, ['sensors'])}; the "
-                               "only valid key is 'sensors'", key)
-        items = self.base.sequence(self.base.require(doc, "sensors", "", "the list of sensors"),
-                                   "sensors", "the list of sensors")
-        return SensorSet(self.sensor(item, f"sensors[{i}]") for i, item in enumerate(items))
-
-    # -- typed values -------------------------------------------------------------------
-    def number(self, value, path, what):
-        return self.base.expression(value, path, self.env, what)
-
-    def integer(self, value, path, what):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.err(f"expected {what} (an integer), got {_type_name(value)}", path)
-        return value
-
-    def body(self, value, path):
-        nb = len(self.mech.spec.bodies)
-        b = self.integer(value, path, f"a body index 0..{nb - 1}")
-        if not 0 <= b < nb:
-            raise self.err(f"body index {b} out of range: the mechanism has {nb} bodies (valid "
-                           f"indices 0..{nb - 1})", path)
-        p0, p1 = self.mech.spec.bodies[b].points[:2]
-        if (self.mech.point_coords[[p0, p1], 0] < 0).all():
-            raise self.err(f"body {b} is fixed (its points {p0} and {p1} are both fixed), so the "
-                           "sensor measures nothing; expected a moving body", path)
-        return b
-
-    def point(self, value, path):
-        npts = self.mech.n_points
-        p = self.integer(value, path, f"a point index 0..{npts - 1}")
-        if not 0 <= p < npts:
-            raise self.err(f"point index {p} out of range: the mechanism has {npts} points (valid "
-                           f"indices 0..{npts - 1})", path)
-        return p
-
-    def coordinate(self, value, path):
-        from mbfg.loader import _closest
-        mech = self.mech
-        angles = [mech.coordinate_names[i] for i in mech.angle_coords]
-        if not angles:
-            raise self.err("the mechanism has no relative angle coordinates; expected an "
-                           "encoder on a body (body: <index>) instead", path)
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise self.err(f"expected a relative angle coordinate (one of {', '.join(angles)}, by "
-                           f"name or index), got {_type_name(value)}", path)
-        if isinstance(value, int):
-            if not 0 <= value < mech.n:
-                raise self.err(f"coordinate index {value} out of range 0..{mech.n - 1}; expected "
-                               f"a relative angle: {_angle_list(mech)}", path)
-            k = value
-        else:
-            if value not in mech.coordinate_names:
-                raise self.err(f"unknown coordinate {value!r}{_closest(value, mech.coordinate_names)}; "
-                               f"expected a relative angle: {_angle_list(mech)}", path)
-            k = mech.coordinate_names.index(value)
-        if k not in mech.angle_coords:
-            raise self.err(f"coordinate {mech.coordinate_names[k]!r} is not a relative angle; an "
-                           f"encoder reads angles: {_angle_list(mech)} (or use body: <index>)", path)
-        return k
-
-    def positive(self, value, path, what):
-        x = self.number(value, path, what)
-        if not x > 0:
-            raise self.err(f"expected {what} > 0, got {x:g}", path)
-        if not (np.finfo(float).tiny <= x * x < math.inf):  # the weights are 1 / sigma^2
-            raise self.err(f"{what} {x:g} is outside the range of representable values (its "
-                           f"square is {'subnormal' if x < 1 else 'infinite'} in double "
-                           f"precision); expected a value in [{math.sqrt(np.finfo(float).tiny):.3g}, "
-                           f"{math.sqrt(np.finfo(float).max):.3g}]", path)
-        return x
-
-    # -- one sensor -----------------------------------------------------------------------
-    def sensor(self, item, path) -> Sensor:
-        from mbfg.loader import _closest
-        s, kind = self.base.typed_entry(item, path, "a sensor {type, sigma, ...}", SENSOR_TYPES,
-                                        "sensor type")
-        allowed = _COMMON_KEYS + _TYPE_KEYS[kind]
-        for key in s:
-            if key not in allowed:
-                raise self.err(f"unknown key {key!r} for a {kind}{_closest(key, allowed)}; valid "
-                               f"keys: {', '.join(allowed)}", f"{path}.{key}")
-        kw = {}
-        angular_sigma = kind in ("encoder", "gyroscope")
-        unit = {"encoder": "rad", "gyroscope": "rad/s"}.get(kind, "m" if kind in ("marker", "distance")
-                                                                   else "m/s^2")
-        if "sigma" in s and "sigma_deg" in s:
-            raise self.err("give either sigma or sigma_deg, not both", f"{path}.sigma_deg")
-        if "sigma" in s:
-            kw["sigma"] = self.positive(s["sigma"], f"{path}.sigma", f"the standard deviation in {unit}")
-        elif angular_sigma and "sigma_deg" in s:
-            kw["sigma"] = math.radians(self.positive(
-                s["sigma_deg"], f"{path}.sigma_deg",
-                "the standard deviation in " + ("deg" if kind == "encoder" else "deg/s")))
-        else:
-            raise self.err(f"missing required key 'sigma' (expected the standard deviation of a "
-                           f"reading in {unit}{' or sigma_deg in degrees' if angular_sigma else ''})",
-                           f"{path}.sigma")
-        if "period" in s:
-            period = s["period"]
-            if isinstance(period, bool) or not isinstance(period, int) or period < 1:
-                raise self.err(f"expected the sampling period as an integer number of steps >= 1, "
-                               f"got {_type_name(period)}", f"{path}.period")
-            kw["period"] = period
-        if "name" in s:
-            if not isinstance(s["name"], str) or not s["name"]:
-                raise self.err(f"expected a name (text), got {_type_name(s['name'])}", f"{path}.name")
-            kw["name"] = s["name"]
-
-        if kind == "encoder":
-            if ("coordinate" in s) == ("body" in s):
-                raise self.err("an encoder needs exactly one of 'coordinate' (a relative angle, "
-                               "by name or index) and 'body' (a body index)", path)
-            if "coordinate" in s:
-                k = self.coordinate(s["coordinate"], f"{path}.coordinate")
-                kw["coordinate"] = self.mech.coordinate_names[k]   # by name: readable labels
-            else:
-                kw["body"] = self.body(s["body"], f"{path}.body")
-            return AngleEncoder(**kw)
-        if kind == "gyroscope":
-            kw["body"] = self.body(self.base.require(s, "body", path, "a body index"), f"{path}.body")
-            return Gyroscope(**kw)
-        if kind == "accelerometer":
-            kw["body"] = self.body(self.base.require(s, "body", path, "a body index"), f"{path}.body")
-            if "point" in s:
-                kw["point"] = self.base.pair(s["point"], f"{path}.point", self.env,
-                                             "the point [X, Y] in the body frame in m")
-            if "axis" in s and "axis_deg" in s:
-                raise self.err("give either axis or axis_deg, not both", f"{path}.axis_deg")
-            if "axis" in s:
-                kw["axis"] = self.number(s["axis"], f"{path}.axis", "the axis angle in rad")
-            elif "axis_deg" in s:
-                kw["axis"] = math.radians(self.number(s["axis_deg"], f"{path}.axis_deg",
-                                                      "the axis angle in degrees"))
-            return Accelerometer(**kw)
-        if kind == "marker":
-            p = self.point(self.base.require(s, "point", path, "a point index"), f"{path}.point")
-            if self.mech.point_coords[p, 0] < 0:
-                raise self.err(f"point {p} is fixed, so the marker measures nothing; expected a "
-                               "moving point", f"{path}.point")
-            return Marker(point=p, **kw)
-        # distance
-        pts = self.base.sequence(self.base.require(s, "points", path, "two point indices [i, j]"),
-                                 f"{path}.points", "two point indices [i, j]")
-        if len(pts) != 2:
-            raise self.err(f"expected two point indices [i, j], got {len(pts)} "
-                           f"item{'s' * (len(pts) != 1)}", f"{path}.points")
-        i, j = (self.point(v, f"{path}.points[{k}]") for k, v in enumerate(pts))
-        if i == j:
-            raise self.err(f"point {i} is repeated; expected two distinct points", f"{path}.points")
-        if (self.mech.point_coords[[i, j], 0] < 0).all():
-            raise self.err(f"points {i} and {j} are both fixed, so the distance measures nothing; "
-                           "expected at least one moving point", f"{path}.points")
-        return Distance(points=(i, j), **kw)
-
-
-def _type_name(value):
-    from mbfg.loader import _type_name as tn
-    return tn(value)
-
-
-def _angle_list(mech):
-    return ", ".join(f"{mech.coordinate_names[i]} (index {i})" for i in mech.angle_coords) \
-        or "none in this mechanism"
-
-
-def parse_sensors(text: str, mech, source: str | None = None) -> SensorSet:
-    """Parse ``sensors:`` YAML ``text`` for mechanism ``mech`` (``source`` names it in errors)."""
-    if not isinstance(text, str):
-        raise SchemaError(f"expected YAML text, got {type(text).__name__}", file=source)
-    return _SensorLoader(text, source, mech).load()
-
-
-def load_sensors(path_or_text, mech) -> SensorSet:
-    """Read a ``sensors:`` YAML description for mechanism ``mech``.
-
-    ``path_or_text``: a path (``os.PathLike``, or a one-line string ending in ``.yaml``/``.yml``)
-    or the YAML text itself.  Errors are :class:`~mbfg.errors.SchemaError` (or
-    :class:`~mbfg.errors.YamlSyntaxError`) naming the file, the YAML path (``sensors[2].body``),
-    the line and what was expected.  Format: ``docs/sensors.md``.
+    Raises
+    ------
+    DataError
+        When the numbers of sensors and reading lists differ, a reading has the wrong number of
+        components or a step is negative.
     """
-    is_path = isinstance(path_or_text, os.PathLike) or (
-        isinstance(path_or_text, str) and "\n" not in path_or_text
-        and path_or_text.strip().lower().endswith((".yaml", ".yml")))
-    if not is_path:
-        return parse_sensors(path_or_text, mech)
-    from mbfg.loader import read_yaml_text
-    path = Path(path_or_text)
-    return parse_sensors(read_yaml_text(path, "sensors"), mech, source=str(path))
+    from mbfg.errors import DataError
+    sensors = tuple(sensors)
+    if len(readings) != len(sensors):
+        raise DataError(f"{len(sensors)} sensors but {len(readings)} reading lists; expected "
+                        f"one (steps, values) per sensor")
+    n_steps = int(n_steps)
+    out = []
+    for s, (steps, values) in zip(sensors, readings):
+        steps = np.asarray(steps, int).ravel()
+        values = np.asarray(values, float)
+        if values.size != steps.size * s.dim:
+            raise DataError(f"{s.label}: {steps.size} reading steps but values of shape "
+                            f"{values.shape}; expected ({steps.size}, {s.dim})")
+        values = values.reshape(steps.size, s.dim)
+        if steps.size and steps.min() < 0:
+            raise DataError(f"{s.label}: negative reading step {steps.min()}; expected steps "
+                            f"0..{n_steps - 1}")
+        keep = steps < n_steps
+        grid = np.zeros((n_steps, s.dim))
+        present = np.zeros(n_steps, bool)
+        grid[steps[keep]], present[steps[keep]] = values[keep], True
+        out.append((grid, present))
+    return out

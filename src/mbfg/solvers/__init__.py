@@ -1,4 +1,4 @@
 """Drivers and solvers: batch Gauss-Newton/Levenberg-Marquardt, fixed-lag smoothing."""
-from mbfg.solvers.batch import BatchTerm, SolverStats, optimize
+from mbfg.solvers.batch import SolverStats, optimize
 
-__all__ = ["optimize", "SolverStats", "BatchTerm"]
+__all__ = ["optimize", "SolverStats"]

@@ -5,7 +5,7 @@ making each iteration O(factors x variables) (measured in docs/benchmarks.md).
 This loop keeps the estimate as a numpy array ``X`` (one row per step vector, see
 :mod:`mbfg.graphs.layout`) and hands gtsam only native Gaussian factors:
 
-* every :class:`BatchTerm` evaluates a family of factors (linear or nonlinear) for all its
+* every :class:`~mbfg.graphs.batch_term.BatchTerm` evaluates a family of factors (linear or nonlinear) for all its
   steps at once with numpy and appends one native ``JacobianFactor`` per step, in gtsam's
   usual delta form ``||A delta + e(X)||``;
 * ``delta`` by sequential QR elimination in time order (in C++; QR rather than Cholesky
@@ -29,54 +29,7 @@ import gtsam
 import numpy as np
 
 from mbfg.errors import ConvergenceError
-from mbfg.solvers.gaussian import unit_noise
-
-
-class BatchTerm:
-    """A family of factors evaluated for many steps at once.
-
-    ``X`` is the (N, dim) array of step vectors and ``keys`` their gtsam keys.
-    :meth:`blocks` returns the whitened linearization at ``X`` of every factor of the family:
-    ``rows`` (T, k) the step rows each factor touches (k = 1 or 2), ``A`` a list of k arrays
-    (T, r, dim) (the Jacobian block on each of those rows; (1, r, dim) when the same block
-    serves every factor) and ``e`` (T, r) the whitened
-    residual, i.e. the factor ``||A delta + e||^2``.  :meth:`linearize` appends those factors to
-    a ``GaussianFactorGraph`` and returns the error at ``X``; :meth:`error` returns
-    ``0.5 * sum ||whitened e||^2``.  ``arity``: how many rows each factor touches (1, or 2
-    for links between consecutive steps)."""
-
-    arity = 1
-
-    def blocks(self, X):
-        raise NotImplementedError
-
-    def error(self, X) -> float:
-        raise NotImplementedError
-
-    def linearize(self, X, keys, out) -> float:
-        return add_blocks(self.blocks(X), keys, out)
-
-
-def add_blocks(blocks, keys, out) -> float:
-    """Append the factors of ``blocks`` (see :meth:`BatchTerm.blocks`) to ``out``; returns
-    their error."""
-    rows, A, e = blocks
-    model = unit_noise(e.shape[1])
-    b = -e
-    if len(A) == 1:
-        A0 = A[0]
-        for t, r in enumerate(rows[:, 0]):
-            out.add(keys[r], block(A0, t), b[t], model)
-    else:
-        A0, A1 = A
-        for t, (r0, r1) in enumerate(rows):
-            out.add(keys[r0], block(A0, t), keys[r1], block(A1, t), b[t], model)
-    return 0.5 * float(np.sum(e * e))
-
-
-def block(A, t):
-    """Factor t's block of a (T, r, dim) or shared (1, r, dim) block array."""
-    return A[t] if A.shape[0] > 1 else A[0]
+from mbfg.factors.gaussian import unit_noise
 
 
 @dataclass
@@ -227,6 +180,6 @@ def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: fl
 
 
 __all__ = [
-    "BatchTerm", "add_blocks", "block", "SolverStats", "step_converged", "residual_floor",
+    "SolverStats", "step_converged", "residual_floor",
     "total_error", "linearize", "read_delta", "optimize"
 ]

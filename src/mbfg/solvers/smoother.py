@@ -1,9 +1,8 @@
 """Fixed-lag smoother over per-step state vectors (paper Sect. 5.1-5.2 and 7.1).
 
-The smoother keeps a window of the last ``window`` steps of a forward problem (anything with
-the interface of :class:`mbfg.graphs.forward.ForwardProblem`: ``layout``, ``pack``,
-``initial_priors``, ``linear_terms``, ``selection_term``, ``link_term``, ``nonlinear_term``,
-``settings.dt``) as rows of a small numpy array.  Each new step k
+The smoother keeps a window of the last ``window`` steps of a problem (anything offering the
+:class:`SmootherProblem` protocol, e.g. :class:`mbfg.graphs.forward.ForwardProblem`) as rows
+of a small numpy array.  Each new step k
 
 1. is predicted explicitly from step k-1 (``q + dt v + dt^2/2 a``, ``v + dt a``, ``a``; in
    independent coordinates z, zd, zdd the same way, i.e. ``problem.pack`` of the predicted
@@ -48,14 +47,60 @@ marginal prior, re-packs the window and re-solves it.  ``switches`` lists (step,
 from __future__ import annotations
 
 import time
+from typing import Any, Protocol, runtime_checkable
 
 import gtsam
 import numpy as np
 
 from mbfg.errors import ConvergenceError, MbfgError
+from mbfg.graphs.batch_term import BatchTerm, add_blocks, block
 from mbfg.graphs.linear_blocks import UnaryLinear
-from mbfg.solvers.batch import (BatchTerm, add_blocks, block, optimize, residual_floor,
-                                step_converged)
+from mbfg.solvers.batch import optimize, residual_floor, step_converged
+
+
+@runtime_checkable
+class SmootherProblem(Protocol):
+    """What a problem offers :class:`FixedLagSmoother` (the graph builders of
+    :mod:`mbfg.graphs` implement it; the smoother knows nothing of mechanics).
+
+    ``layout`` is the :class:`~mbfg.graphs.layout.StepLayout` of a step vector and
+    ``settings`` has ``dt`` [s], ``integrator`` and optionally ``step_tolerance``.  Optional
+    members the smoother uses when present: ``step_scale`` (dim,) (the Newton test of square
+    problems), ``causal`` (True: marginalize a step by holding it, :class:`HeldPredecessor`)
+    and the re-partitioning interface of :class:`RepartitioningProblem`."""
+
+    layout: Any
+    settings: Any
+
+    def pack(self, q: np.ndarray, v: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Step vectors (..., dim) of positions, velocities, accelerations (..., n)."""
+
+    def initial_priors(self, q_start: np.ndarray, v_start: np.ndarray) -> list:
+        """Terms fixing step 0 at (q_start, v_start)."""
+
+    def initial_accelerations(self, q: np.ndarray, v: np.ndarray, step: int = 0) -> np.ndarray:
+        """The model's accelerations at (q, v), the initial guess of step 0."""
+
+    def window_terms(self, steps, plan=None, *, incoming=None) -> list:
+        """Every term (:class:`~mbfg.graphs.batch_term.BatchTerm`) of the window ``steps``."""
+
+    def link_plan(self, x, previous=None):
+        """The plan of the link into the new step(s) ``x`` (None: links need no plan)."""
+
+
+@runtime_checkable
+class RepartitioningProblem(SmootherProblem, Protocol):
+    """A problem in independent coordinates whose choice may change along the motion.
+    The coordinate partition is the problem's (:mod:`mbfg.model.partition`); the smoother
+    only asks for it and re-packs its window."""
+
+    indices: tuple
+
+    def best_indices(self, q: np.ndarray) -> tuple:
+        """(best indices, their quality, the current indices' quality) at q."""
+
+    def with_indices(self, indices) -> "RepartitioningProblem":
+        """The same problem with other independent coordinates."""
 
 
 class HeldPredecessor(BatchTerm):
@@ -117,9 +162,10 @@ class FixedLagSmoother:
 
     Parameters
     ----------
-    problem : ForwardProblem or LeastSquaresProblem (or a subclass)
-        Supplies ``layout``, ``settings.dt``, ``pack``, ``initial_priors``, ``window_terms``,
-        ``link_plan`` and ``step_scale``.
+    problem : SmootherProblem
+        The graph of the steps (:class:`mbfg.graphs.forward.ForwardProblem`,
+        :class:`~mbfg.graphs.forward.LeastSquaresProblem`,
+        :class:`~mbfg.graphs.estimation.ObservedProblem`, or anything offering the protocol).
     window : int >= 1
         Number of steps optimized together (the newest step and ``window - 1`` before it).
     max_iterations : int
@@ -147,6 +193,10 @@ class FixedLagSmoother:
                  relative_tolerance: float = 1e-6, absolute_tolerance: float = 1e-8,
                  step_tolerance: float | None = None, reselect: float | None = 0.9,
                  on_failure: str = "raise"):
+        if not isinstance(problem, SmootherProblem):
+            raise TypeError(f"{type(problem).__name__} does not offer the SmootherProblem "
+                            f"interface (layout, settings, pack, initial_priors, "
+                            f"initial_accelerations, window_terms, link_plan)")
         window = int(window)
         if on_failure not in ("raise", "best"):
             raise ValueError(f"on_failure must be 'raise' or 'best', got {on_failure!r}")
@@ -159,8 +209,8 @@ class FixedLagSmoother:
         self.absolute_tolerance = float(absolute_tolerance)
         self.step_tolerance = (float(step_tolerance) if step_tolerance is not None
                                else getattr(problem.settings, "step_tolerance", None))
-        self.reselect = (float(reselect) if reselect and getattr(problem, "indices", None)
-                         is not None else None)
+        self.reselect = (float(reselect) if reselect and isinstance(problem, RepartitioningProblem)
+                         and problem.indices is not None else None)
         self.layout = problem.layout
         self.dim = problem.layout.dim
         self._set_problem(problem)
@@ -188,7 +238,17 @@ class FixedLagSmoother:
             b = t.blocks(W)
             err += add_blocks(b, keys, g)
             blocks.append(b)
+        self._last_linear = (g, keys)
         return g, err, blocks
+
+    def newest_covariance(self) -> np.ndarray:
+        """Marginal covariance (dim, dim) of the newest step of the window, from the window's
+        last linearization (at the final Gauss-Newton point of the last solve): the last
+        conditional of the sequential QR elimination in time order."""
+        g, keys = self._last_linear
+        bn = g.eliminateSequential(gtsam.Ordering(list(keys)), gtsam.EliminateQR)
+        Ri = np.linalg.inv(bn.back().R())
+        return Ri @ Ri.T
 
     def _converged(self, D, predicted, err) -> bool:
         if step_converged(D, self.step_scale, self.step_tolerance):
@@ -422,5 +482,6 @@ class FixedLagSmoother:
 
 
 __all__ = [
-    "HeldPredecessor", "prediction_matrix", "FixedLagSmoother"
+    "SmootherProblem", "RepartitioningProblem", "HeldPredecessor", "prediction_matrix",
+    "FixedLagSmoother"
 ]

@@ -1,0 +1,213 @@
+"""Pieces every recursive estimator shares (the role of filterpy's ``common`` and
+``monte_carlo`` modules): readings handling, process-noise discretization, sigma points,
+resampling, angle-aware innovations and means, and the filters' common set-up.
+
+The physics the filters need (position problem, independent-coordinate dynamics, their
+Jacobians, the integration step) lives in :mod:`mbfg.model`
+(:func:`~mbfg.model.kinematics.solve_positions_batch`,
+:func:`~mbfg.model.dynamics.independent_state`,
+:func:`~mbfg.model.dynamics.manifold_jacobians`,
+:func:`~mbfg.model.integrate.independent_step`); this module only holds estimation
+bookkeeping.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from mbfg.errors import SolverError
+from mbfg.model.dynamics import manifold_jacobians
+from mbfg.model.kinematics import choose_independent_coordinates, solve_positions_batch
+from mbfg.model.sensors import SensorSet, readings_on_grid, wrap_angle
+from mbfg.results import EstimationResult, Stats
+
+__all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "predict_readings", "innovation",
+           "reading_variances", "observation_jacobian", "white_acceleration_noise", "unscented_weights", "sigma_points",
+           "systematic_resample", "weighted_mean", "applied_forces", "initial_state",
+           "filter_result", "wrap_angle", "readings_on_grid"]
+
+
+# =============================================================================== readings
+def sensor_set(sensors, model) -> SensorSet:
+    """``sensors`` as a :class:`SensorSet`, validated against ``model``."""
+    sensors = sensors if isinstance(sensors, SensorSet) else SensorSet(sensors)
+    sensors.validate(model)
+    return sensors
+
+
+def assumed_sigmas(sensors: Sequence, sensor_sigmas=None) -> list[float]:
+    """The sensor sigmas a filter assumes: each sensor's own ``sigma`` or ``sensor_sigmas``
+    (a scalar or one per sensor, in each reading's units)."""
+    if sensor_sigmas is None:
+        return [s.sigma for s in sensors]
+    return [float(x) for x in np.broadcast_to(np.asarray(sensor_sigmas, float), (len(sensors),))]
+
+
+def readings_by_step(sensors: Sequence, readings, n_steps: int) -> list[list]:
+    """Per step k of the grid, the list of ``(sensor index, values (dim,))`` read at k
+    (:func:`mbfg.model.sensors.readings_on_grid` regrouped by step)."""
+    per_step: list[list] = [[] for _ in range(int(n_steps))]
+    for i, (values, present) in enumerate(readings_on_grid(sensors, readings, n_steps)):
+        for k in np.flatnonzero(present):
+            per_step[k].append((i, values[k]))
+    return per_step
+
+
+def predict_readings(model, sensors: Sequence, available, q, qd, qdd):
+    """Predicted readings of the sensors in ``available`` (``(index, values)`` pairs).
+
+    Returns ``h`` (N, k) the stacked predictions at the N states, ``o`` (k,) the stacked
+    readings and ``angular`` (k,) which components are angles."""
+    hs, os_, ang = [], [], []
+    for i, v in available:
+        s = sensors[i]
+        hs.append(s.measure(model, q, qd, qdd))
+        os_.append(v)
+        ang.append(np.full(s.dim, s.angular))
+    return np.concatenate(hs, axis=-1), np.concatenate(os_), np.concatenate(ang)
+
+
+def innovation(o, h, angular) -> np.ndarray:
+    """o - h, with the ``angular`` components wrapped to (-pi, pi]."""
+    r = np.asarray(o, float) - h
+    return np.where(angular, wrap_angle(r), r) if np.any(angular) else r
+
+
+def observation_jacobian(model, sensors: Sequence, available, state, Q=None, *,
+                         force_state: bool = False) -> np.ndarray:
+    """Jacobian dh/dx (k, l) of the predicted readings of ``available`` at state 0 of
+    ``state`` (an :class:`~mbfg.model.dynamics.IndependentState`) with respect to the filter
+    state x = [z, zdot] (l = 2d) or, with ``force_state``, [z, zdot, a] (l = 3d) where a is an
+    acceleration error added to the dynamics (qddot = S c + R (f(z, zdot, Q) + a), the
+    errorEKF_FE of the review, Sect. 7.3).
+
+    Chain rule: dh/dz = H_q R + H_v dqdot/dz + H_a dqddot/dz, dh/dzdot = H_v R + H_a
+    dqddot/dzdot, dh/da = H_a R, with the sensors' exact Jacobians H and the model's
+    manifold derivatives (:func:`mbfg.model.dynamics.manifold_jacobians`, forces ``Q`` (n,))."""
+    avail, st, fe = available, state, force_state
+    d = st.R.shape[-1]
+    q, qd, qdd, R = st.q[0], st.qd[0], st.qdd[0], st.R[0]
+    need_v = any("v" in sensors[i].slots or "a" in sensors[i].slots for i, _ in avail)
+    need_a = any("a" in sensors[i].slots for i, _ in avail)
+    mj = manifold_jacobians(model, st, Q, accelerations=need_a) if need_v else None
+    l = 3 * d if fe else 2 * d
+    blocks = []
+    for i, _ in avail:
+        s = sensors[i]
+        J = s.jacobians(model, q, qd, qdd)
+        H = np.zeros((s.dim, l))
+        if "q" in J:
+            H[:, :d] += J["q"] @ R
+        if "v" in J:
+            H[:, :d] += J["v"] @ mj.dqd_dz
+            H[:, d:2 * d] += J["v"] @ R
+        if "a" in J:
+            H[:, :d] += J["a"] @ mj.dqdd_dz
+            H[:, d:2 * d] += J["a"] @ mj.dqdd_dzd
+            if fe:
+                H[:, 2 * d:] += J["a"] @ R
+        blocks.append(H)
+    return np.concatenate(blocks, axis=0)
+
+
+def reading_variances(sensors: Sequence, available, sigmas) -> np.ndarray:
+    """(k,) variances of the stacked readings of ``available`` from per-sensor ``sigmas``."""
+    return np.concatenate([np.full(sensors[i].dim, sigmas[i] ** 2) for i, _ in available])
+
+
+# ========================================================================== process noise
+def white_acceleration_noise(qc, dt: float, d: int) -> np.ndarray:
+    """Discrete process noise (2d, 2d) of a continuous white acceleration noise of power
+    spectral density ``qc`` on d coordinates, by Van Loan's method (review Sect. 12.1):
+    qc [[dt^3/3, dt^2/2], [dt^2/2, dt]] per coordinate, for the state [z, zdot]."""
+    Iq = np.eye(d) * np.asarray(qc, float)
+    return np.block([[Iq * dt ** 3 / 3, Iq * dt ** 2 / 2], [Iq * dt ** 2 / 2, Iq * dt]])
+
+
+# =========================================================================== sigma points
+def unscented_weights(l: int, alpha: float = 1.0, beta: float = 2.0, kappa: float = 0.0):
+    """Mean and covariance weights (2l+1,) and the spread zeta = sqrt(l + lambda) of the
+    scaled unscented transform (review Eqs. 34-36), lambda = alpha^2 (l + kappa) - l."""
+    lam = alpha ** 2 * (l + kappa) - l
+    Wm = np.full(2 * l + 1, 1.0 / (2 * (l + lam)))
+    Wc = Wm.copy()
+    Wm[0] = lam / (l + lam)
+    Wc[0] = Wm[0] + (1 - alpha ** 2 + beta)
+    return Wm, Wc, float(np.sqrt(l + lam))
+
+
+def sigma_points(x, P, zeta: float) -> np.ndarray:
+    """The 2l+1 sigma points (rows) of mean ``x`` (l,) and covariance ``P`` (l, l):
+    x, x + zeta L_i, x - zeta L_i with L the Cholesky factor of P.  A jitter of a few ulps of
+    P's largest variance keeps a semi-definite P factorizable."""
+    P = np.asarray(P, float)
+    jitter = 4 * np.finfo(float).eps * max(float(np.max(np.diag(P))), np.finfo(float).tiny)
+    dX = zeta * np.linalg.cholesky(P + jitter * np.eye(P.shape[0])).T
+    return np.concatenate([x[None], x[None] + dX, x[None] - dX], axis=0)
+
+
+# ============================================================================ resampling
+def systematic_resample(weights, rng: np.random.Generator, count: int | None = None) -> np.ndarray:
+    """``count`` (default ``weights.size``) indices drawn by systematic resampling of the
+    normalized ``weights``."""
+    M = weights.size if count is None else int(count)
+    u = (rng.random() + np.arange(M)) / M
+    c = np.cumsum(weights)
+    c[-1] = 1.0
+    return np.searchsorted(c, u)
+
+
+def weighted_mean(values, weights, angular: Sequence[bool], reference=None):
+    """Weighted mean of samples ``values`` (M, d) and their deviations from it (M, d).
+
+    Angular columns use the circular mean (2015 particle-filter paper, footnote 6), unwrapped
+    next to ``reference`` (d,) when given, and wrapped deviations."""
+    values = np.asarray(values, float)
+    w = np.asarray(weights, float)
+    mean = w @ values
+    dev = values - mean
+    for j in np.flatnonzero(np.asarray(angular, bool)):
+        m = np.arctan2(w @ np.sin(values[:, j]), w @ np.cos(values[:, j]))
+        if reference is not None:
+            m = reference[j] + wrap_angle(m - reference[j])
+        mean[j] = m
+        dev[:, j] = wrap_angle(values[:, j] - m)
+    return mean, dev
+
+
+# ================================================================================ set-up
+def applied_forces(force: Callable, t: float, estimated, indices, n: int, count: int) -> np.ndarray:
+    """Applied generalized forces (count, n) at time t [s]: the known forces ``force(t)``
+    (:func:`mbfg.model.forces.force_function`) plus ``estimated`` (count, d) on the
+    independent coordinates (Q = B^T Q_z, so that R^T Q = Q_z), if given."""
+    Q = force(t)
+    out = np.zeros((count, n)) if Q is None else np.broadcast_to(np.asarray(Q, float), (count, n)).copy()
+    if estimated is not None:
+        out[:, indices] += estimated
+    return out
+
+
+def initial_state(model, q0=None, qd0=None, indices=None):
+    """A filter's start: q (1, n) assembled with its independent coordinates held, the
+    independent coordinates (d,) (default
+    :func:`~mbfg.model.kinematics.choose_independent_coordinates`) and their rates (d,)."""
+    q0 = np.array(model.q0 if q0 is None else q0, float)
+    idx = np.asarray(choose_independent_coordinates(model, q0) if indices is None
+                     else tuple(int(i) for i in indices), int)
+    qa, ok = solve_positions_batch(model, q0, idx, q0[idx])
+    if not ok[0]:
+        raise SolverError("the initial guess q0 cannot be assembled with its independent "
+                          "coordinates held")
+    zd0 = np.zeros(idx.size) if qd0 is None else np.asarray(qd0, float)[idx]
+    return qa, idx, zd0
+
+
+def filter_result(name: str, dt: float, q, qd, qdd, z_std, zd_std, started: float,
+                  n_steps: int, extra: dict) -> EstimationResult:
+    """The frozen :class:`EstimationResult` of a recursive filter; ``started`` is its
+    ``time.perf_counter()`` at the start, ``extra`` its own statistics."""
+    stats = Stats.of(name, time.perf_counter() - started, n_steps, n_steps, **extra)
+    return EstimationResult(name=name, t=np.arange(n_steps) * dt, q=q, qd=qd, qdd=qdd,
+                            z_std=z_std, zd_std=zd_std, stats=stats)

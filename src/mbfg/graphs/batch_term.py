@@ -1,0 +1,61 @@
+"""The unit every graph builder produces and every numeric solver consumes.
+
+A :class:`BatchTerm` is a family of factors evaluated for many time steps at once with numpy;
+its whitened linearization becomes native gtsam Gaussian factors (:func:`add_blocks`).  The
+graph builders (:mod:`mbfg.graphs`) define the terms, the solvers (:mod:`mbfg.solvers`) only
+linearize and eliminate them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mbfg.factors.gaussian import unit_noise
+
+__all__ = ["BatchTerm", "add_blocks", "block"]
+
+
+class BatchTerm:
+    """A family of factors evaluated for many steps at once.
+
+    ``X`` is the (N, dim) array of step vectors and ``keys`` their gtsam keys.
+    :meth:`blocks` returns the whitened linearization at ``X`` of every factor of the family:
+    ``rows`` (T, k) the step rows each factor touches (k = 1 or 2), ``A`` a list of k arrays
+    (T, r, dim) (the Jacobian block on each of those rows; (1, r, dim) when the same block
+    serves every factor) and ``e`` (T, r) the whitened
+    residual, i.e. the factor ``||A delta + e||^2``.  :meth:`linearize` appends those factors to
+    a ``GaussianFactorGraph`` and returns the error at ``X``; :meth:`error` returns
+    ``0.5 * sum ||whitened e||^2``.  ``arity``: how many rows each factor touches (1, or 2
+    for links between consecutive steps)."""
+
+    arity = 1
+
+    def blocks(self, X):
+        raise NotImplementedError
+
+    def error(self, X) -> float:
+        raise NotImplementedError
+
+    def linearize(self, X, keys, out) -> float:
+        return add_blocks(self.blocks(X), keys, out)
+
+
+def add_blocks(blocks, keys, out) -> float:
+    """Append the factors of ``blocks`` (see :meth:`BatchTerm.blocks`) to ``out``; returns
+    their error."""
+    rows, A, e = blocks
+    model = unit_noise(e.shape[1])
+    b = -e
+    if len(A) == 1:
+        A0 = A[0]
+        for t, r in enumerate(rows[:, 0]):
+            out.add(keys[r], block(A0, t), b[t], model)
+    else:
+        A0, A1 = A
+        for t, (r0, r1) in enumerate(rows):
+            out.add(keys[r0], block(A0, t), keys[r1], block(A1, t), b[t], model)
+    return 0.5 * float(np.sum(e * e))
+
+
+def block(A, t):
+    """Factor t's block of a (T, r, dim) or shared (1, r, dim) block array."""
+    return A[t] if A.shape[0] > 1 else A[0]
