@@ -139,3 +139,9 @@ class FactorJacobianError(MbfgError):
 
 class UsageError(MbfgError):
     """A command-line option or a driver argument is invalid (e.g. an unknown coordinate)."""
+
+
+__all__ = ["MbfgError", "MechanismError", "YamlSyntaxError", "SchemaError", "ExpressionError",
+           "ExpressionSyntaxError", "UndefinedVariableError", "AssemblyError",
+           "SingularMassError", "SolverError", "ConvergenceError", "LockupError", "DataError",
+           "FactorJacobianError", "UsageError"]

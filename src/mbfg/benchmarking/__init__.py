@@ -2,3 +2,5 @@
 (the Kalman-filter review's three-simulation study: :mod:`mbfg.benchmarking.estimation_review`).
 Not needed to use mbfg."""
 __all__: list = []
+
+__all__: list = []

@@ -158,3 +158,6 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+__all__ = ["main", "build_parser", "MECHANISM_HELP", "EXIT_BROKEN_PIPE"]

@@ -492,3 +492,9 @@ def register(sub) -> None:
     e.add_argument("--seed", type=int, default=0, help="seed of the particle filter")
     _add_output_options(e, plot=False, out_help="save the estimates (.npz)")
     e.set_defaults(func=cmd_estimate)
+
+
+__all__ = ["cmd_simulate", "cmd_inverse", "cmd_synthesize", "cmd_estimate", "register",
+           "parse_coordinates", "check_horizon", "check_step", "check_window", "check_output",
+           "check_plot", "check_finite", "numerics", "energy_report", "physical_memory",
+           "RESULT_SUFFIXES", "MEMORY_FACTOR", "ESTIMATE_WINDOW"]

@@ -1,6 +1,8 @@
 """Graph builders per problem (forward dynamics, inverse dynamics, estimation).
 
 Each builder describes its problem as native linear factors (built once) plus vectorized
-nonlinear factor families (:class:`mbfg.solvers.batch.BatchTerm`), for any range of time steps,
+nonlinear factor families (:class:`mbfg.graphs.batch_term.BatchTerm`), for any range of time steps,
 so the batch solver and the fixed-lag smoother share one definition.
 """
+
+__all__: list = []  # import the builders from their modules (forward, inverse, estimation)
