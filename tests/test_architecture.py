@@ -80,3 +80,42 @@ def test_the_rule_catches_an_upward_import(tmp_path):
     bad = tmp_path / "x.py"
     bad.write_text("def f():\n    from mbfg.solvers.batch import optimize\n")
     assert _imports(bad) == [("mbfg.solvers.batch", 2)]
+
+
+def _public_functions(path: Path):
+    """(name, FunctionDef) of the functions in ``__all__`` and the public methods of the
+    classes in ``__all__`` of one module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(getattr(t, "id", None) == "__all__" for t in targets) and node.value:
+                names = set(ast.literal_eval(node.value))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            yield node.name, node
+        elif isinstance(node, ast.ClassDef) and node.name in names:
+            for f in node.body:
+                if isinstance(f, ast.FunctionDef) and not f.name.startswith("_"):
+                    yield f"{node.name}.{f.name}", f
+
+
+def test_every_module_declares_its_public_names():
+    missing = [str(p.relative_to(ROOT)) for p in MODULES if p.name != "__main__.py"
+               and "__all__" not in p.read_text(encoding="utf-8")]
+    assert not missing, f"modules without __all__: {missing}"
+    assert (ROOT / "py.typed").is_file()
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_public_functions_are_annotated(path):
+    bad = []
+    for name, f in _public_functions(path):
+        args = f.args.posonlyargs + f.args.args + f.args.kwonlyargs
+        args += [a for a in (f.args.vararg, f.args.kwarg) if a is not None]
+        missing = [a.arg for a in args if a.annotation is None and a.arg not in ("self", "cls")]
+        if missing or f.returns is None:
+            bad.append(f"{name} (line {f.lineno}): parameters {missing}"
+                       + ("" if f.returns else ", return"))
+    assert not bad, "unannotated public functions:\n" + "\n".join(bad)

@@ -8,14 +8,27 @@ Quick start::
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mbfg import errors
 from mbfg.errors import MbfgError
 from mbfg.model import Mechanism, build_mechanism
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+    from typing import Any
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.forces import ForceInput
+    from mbfg.model.sensors import Sensor
+    from mbfg.results import EstimationResult, TrajectoryResult
+
 __version__ = "0.1.0"
 
 
-def load_mechanism(path, overrides: dict | None = None) -> Mechanism:
+def load_mechanism(path: str | Path, overrides: dict | None = None) -> Mechanism:
     """Read a mechanism YAML file, or a bundled mechanism by name (``"fourbar"``; see
     :func:`mbfg.resources.bundled_mechanisms`), and build its assembled model.
 
@@ -41,9 +54,20 @@ def mechanism_from_yaml(text: str, source: str | None = None) -> Mechanism:
     return from_yaml(text, source)
 
 
-def simulate(mech: Mechanism, t_end: float, dt: float = 1e-3, *, solver: str = "smoother",
-             coords: str = "dependent", integrator: str = "trapezoidal", window: int = 2,
-             q0=None, qd0=None, forces=None, progress=None):
+def simulate(
+    mech: Mechanism,
+    t_end: float,
+    dt: float = 1e-3,
+    *,
+    solver: str = "smoother",
+    coords: str = "dependent",
+    integrator: str = "trapezoidal",
+    window: int = 2,
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    forces: ForceInput | None = None,
+    progress: Callable | None = None,
+) -> TrajectoryResult:
     """Forward dynamics of ``mech`` released at (q0, qd0) (default: its assembled ``q0`` at
     rest) for ``t_end`` seconds at step ``dt`` [s].
 
@@ -68,7 +92,14 @@ def simulate(mech: Mechanism, t_end: float, dt: float = 1e-3, *, solver: str = "
     raise errors.UsageError(f"solver must be 'smoother' or 'batch', got {solver!r}")
 
 
-def solve_inverse_dynamics(mech: Mechanism, t, desired, imposed, actuated=None, **settings):
+def solve_inverse_dynamics(
+    mech: Mechanism,
+    t: ArrayLike,
+    desired: ArrayLike,
+    imposed: ArrayLike,
+    actuated: ArrayLike | None = None,
+    **settings: Any,
+) -> TrajectoryResult:
     """Forces on the ``actuated`` coordinates that make ``q[imposed]`` follow ``desired``
     (T, len(imposed)) at times ``t`` (T,) [s]; see :func:`mbfg.drivers.inverse_dynamics.solve_inverse_dynamics`
     for the settings."""
@@ -76,8 +107,18 @@ def solve_inverse_dynamics(mech: Mechanism, t, desired, imposed, actuated=None, 
     return solve(mech, t, desired, imposed, actuated, **settings)
 
 
-def estimate(model: Mechanism, sensors, readings, dt: float, n_steps: int, *,
-             method: str = "fg-online", seed: int = 0, progress=None, **options):
+def estimate(
+    model: Mechanism,
+    sensors: Sequence[Sensor],
+    readings: Sequence,
+    dt: float,
+    n_steps: int,
+    *,
+    method: str = "fg-online",
+    seed: int = 0,
+    progress: Callable | None = None,
+    **options: Any,
+) -> EstimationResult:
     """State estimates of ``model`` from sensor ``readings`` (one ``(steps, values)`` per
     sensor) on the grid ``k dt``, k < ``n_steps``, by the estimator ``method`` of the one
     registry :data:`mbfg.estimation.ESTIMATORS` (``"fg-online"``, ``"fg-batch"``, ``"ekf"``,

@@ -45,7 +45,13 @@ class MechanismError(MbfgError):
         prefix = ": ".join(where)
         return f"{prefix}: {self.reason}" if prefix else self.reason
 
-    def located(self, *, file=None, path=None, line=None) -> "MechanismError":
+    def located(
+        self,
+        *,
+        file: str | None = None,
+        path: str | None = None,
+        line: int | None = None,
+    ) -> "MechanismError":
         """Return a copy with missing location fields filled in."""
         err = type(self)(self.reason, file=self.file or file, path=self.path or path,
                          line=self.line or line)

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mbfg.errors import DataError
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.sensors import SensorSet
+
 _SPLIT = re.compile(r"[,\s]+")
 
 
-def read_table(path, *, min_columns: int = 2, allow_nan: bool = False) -> np.ndarray:
+def read_table(path: str | Path, *, min_columns: int = 2, allow_nan: bool = False) -> np.ndarray:
     """Read a numeric table (rows x columns) skipping ``%``/``#`` comment lines.
 
     Raises :class:`DataError` naming the file and line for a malformed row, a row with a
@@ -63,8 +69,14 @@ def read_table(path, *, min_columns: int = 2, allow_nan: bool = False) -> np.nda
     return np.array(rows)
 
 
-def read_trajectory(path, *, columns: int | None = None, allow_nan: bool = False,
-                    min_rows: int = 1, why: str = ""):
+def read_trajectory(
+    path: str | Path,
+    *,
+    columns: int | None = None,
+    allow_nan: bool = False,
+    min_rows: int = 1,
+    why: str = "",
+) -> tuple:
     """Read ``t value...`` rows.  Returns ``(t, values)`` with t (T,) strictly increasing and
     values (T, k).  ``columns`` checks k; ``min_rows`` checks T (``why`` says why it needs
     them in the error message)."""
@@ -82,7 +94,7 @@ def read_trajectory(path, *, columns: int | None = None, allow_nan: bool = False
     return t, vals
 
 
-def write_readings(path, t, sensors, readings) -> None:
+def write_readings(path: str, t: ArrayLike, sensors: SensorSet, readings: list) -> None:
     """Write sensor readings as rows ``t value...``: one column per sensor component in the
     order of ``sensors`` (a SensorSet), ``nan`` where a sensor has no reading at that step
     (its period), with a ``%`` header naming the columns."""
@@ -116,7 +128,7 @@ def _check_whitened(path, t, vals, sensors) -> None:
                         f"({limit:.3g}); expected readings of the size the sensor measures")
 
 
-def read_readings(path, sensors):
+def read_readings(path: str, sensors: SensorSet) -> tuple:
     """Inverse of :func:`write_readings`: ``(t, readings)`` with one ``Readings(steps,
     values)`` per sensor; rows where a sensor's columns are ``nan`` are absent readings."""
     from mbfg.model.sensors import Readings

@@ -24,7 +24,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
@@ -36,6 +36,9 @@ from mbfg.model.sensors import (SENSOR_TYPES, Accelerometer, AngleEncoder, Dista
                                Marker, Sensor, SensorSet)
 from mbfg.model.spec import (BodySpec, FixedSliderSpec, MechanismSpec, MobileSliderSpec, PointSpec,
                              RelativeAngleSpec)
+
+if TYPE_CHECKING:
+    from mbfg.model.mechanism import Mechanism
 
 __all__ = ["load_spec", "parse_spec", "read_yaml_text", "build_checked", "mechanism_from_yaml",
            "load_sensors", "parse_sensors", "TOP_LEVEL_KEYS", "CONSTRAINT_TYPES", "RELATIVE_COORDINATE_TYPES",
@@ -508,7 +511,7 @@ def load_spec(path: str | os.PathLike) -> MechanismSpec:
     return parse_spec(read_yaml_text(path, "mechanism"), source=str(Path(path)))
 
 
-def build_checked(spec: MechanismSpec):
+def build_checked(spec: MechanismSpec) -> Mechanism:
     """:func:`mbfg.model.build_mechanism` of ``spec``; numerical breakdowns on absurd input
     (a singular assembly, overflow) become an :class:`~mbfg.errors.AssemblyError` naming the
     file."""
@@ -522,7 +525,7 @@ def build_checked(spec: MechanismSpec):
                             file=spec.source) from None
 
 
-def mechanism_from_yaml(text: str, source: str | None = None):
+def mechanism_from_yaml(text: str, source: str | None = None) -> Mechanism:
     """The assembled :class:`~mbfg.model.Mechanism` of mechanism YAML ``text`` (``source``
     names it in error messages)."""
     return build_checked(parse_spec(text, source=source))
@@ -714,14 +717,14 @@ def _angle_list(mech):
         or "none in this mechanism"
 
 
-def parse_sensors(text: str, mech, source: str | None = None) -> SensorSet:
+def parse_sensors(text: str, mech: Mechanism, source: str | None = None) -> SensorSet:
     """Parse ``sensors:`` YAML ``text`` for mechanism ``mech`` (``source`` names it in errors)."""
     if not isinstance(text, str):
         raise SchemaError(f"expected YAML text, got {type(text).__name__}", file=source)
     return _SensorLoader(text, source, mech).load()
 
 
-def load_sensors(path_or_text, mech) -> SensorSet:
+def load_sensors(path_or_text: str | Path, mech: Mechanism) -> SensorSet:
     """Read a ``sensors:`` YAML description for mechanism ``mech``.
 
     ``path_or_text``: a path (``os.PathLike``, or a one-line string ending in ``.yaml``/``.yml``)

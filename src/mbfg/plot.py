@@ -7,8 +7,19 @@ calls ``plt.show()``.  The module selects no backend: scripts and the CLI use Ag
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
+    from mbfg.results import TrajectoryResult
 
 
 def _plt():
@@ -22,14 +33,21 @@ def _ax(ax, figsize=(8, 3)):
     return ax
 
 
-def save(fig, path, dpi: int = 110) -> Path:
+def save(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
     """Save and close a figure."""
     fig.savefig(path, dpi=dpi)
     _plt().close(fig)
     return Path(path)
 
 
-def plot_trajectories(t, y, labels=None, ax=None, ylabel: str = "", **style):
+def plot_trajectories(
+    t: ArrayLike,
+    y: ArrayLike,
+    labels: list | tuple | None = None,
+    ax: Axes | None = None,
+    ylabel: str = "",
+    **style: Any,
+) -> Axes:
     """Columns of ``y`` (T, k) against ``t``."""
     ax = _ax(ax)
     y = np.asarray(y).reshape(len(t), -1)
@@ -42,7 +60,7 @@ def plot_trajectories(t, y, labels=None, ax=None, ylabel: str = "", **style):
     return ax
 
 
-def plot_constraint_residual(result, ax=None):
+def plot_constraint_residual(result: TrajectoryResult, ax: Axes | None = None) -> Axes:
     """||Phi(q_k)|| (and ||Phi_q qdot_k||) on a log scale."""
     ax = _ax(ax)
     tiny = 1e-300
@@ -56,8 +74,16 @@ def plot_constraint_residual(result, ax=None):
     return ax
 
 
-def plot_force_comparison(t, ours, reference=None, t_reference=None, label="mbfg",
-                          reference_label="reference", ax=None, ylabel="force [N, N m]"):
+def plot_force_comparison(
+    t: ArrayLike,
+    ours: np.ndarray,
+    reference: ArrayLike | None = None,
+    t_reference: float | None = None,
+    label: str = "mbfg",
+    reference_label: str = "reference",
+    ax: Axes | None = None,
+    ylabel: str = "force [N, N m]",
+) -> Axes:
     """A generalized-force series against a reference (e.g. MSC ADAMS)."""
     ax = _ax(ax)
     ax.plot(t, ours, label=label)
@@ -69,7 +95,7 @@ def plot_force_comparison(t, ours, reference=None, t_reference=None, label="mbfg
     return ax
 
 
-def point_positions(mech, q) -> np.ndarray:
+def point_positions(mech: Mechanism, q: ArrayLike) -> np.ndarray:
     """(P, 2) positions of every point (fixed ones included) at configuration q."""
     q = np.asarray(q, float)
     xy = np.array(mech.point_fixed_xy, float)
@@ -79,7 +105,14 @@ def point_positions(mech, q) -> np.ndarray:
     return xy
 
 
-def draw_mechanism(mech, q=None, ax=None, labels: bool = True, color="C0", alpha: float = 1.0):
+def draw_mechanism(
+    mech: Mechanism,
+    q: ArrayLike | None = None,
+    ax: Axes | None = None,
+    labels: bool = True,
+    color: str = "C0",
+    alpha: float = 1.0,
+) -> Axes:
     """Draw bodies (bars, or filled polygons for 3+ points), fixed points as ground symbols,
     sliders as dashed lines, and point numbers.  Returns the axes."""
     from matplotlib.patches import Polygon
@@ -116,7 +149,15 @@ def draw_mechanism(mech, q=None, ax=None, labels: bool = True, color="C0", alpha
     return ax
 
 
-def animate(mech, q, path, t=None, fps: int = 25, stride: int | None = None, labels=False):
+def animate(
+    mech: Mechanism,
+    q: ArrayLike,
+    path: Path,
+    t: ArrayLike | None = None,
+    fps: int = 25,
+    stride: int | None = None,
+    labels: bool = False,
+) -> Path:
     """Write an animation of configurations ``q`` (T, n) to ``path`` (.gif with Pillow,
     .mp4 with ffmpeg).  ``stride`` frames are skipped to reach ``fps`` in real time when ``t``
     is given.  Returns the path."""
@@ -148,7 +189,9 @@ def animate(mech, q, path, t=None, fps: int = 25, stride: int | None = None, lab
     return path
 
 
-def plot_simulation(result, path=None, title: str = ""):
+def plot_simulation(
+    result: TrajectoryResult, path: str | Path | None = None, title: str = ""
+) -> Figure | Path:
     """Positions, velocities and the constraint residual; saved to ``path`` if given."""
     plt = _plt()
     fig, ax = plt.subplots(3, 1, figsize=(8, 7.8), sharex=True)
@@ -160,7 +203,14 @@ def plot_simulation(result, path=None, title: str = ""):
     return save(fig, path) if path else fig
 
 
-def plot_inverse(result, path=None, imposed=(), actuated=(), desired=None, title: str = ""):
+def plot_inverse(
+    result: TrajectoryResult,
+    path: str | Path | None = None,
+    imposed: tuple = (),
+    actuated: tuple = (),
+    desired: ArrayLike | None = None,
+    title: str = "",
+) -> Figure | Path:
     """Forces on the actuated coordinates, the imposed coordinates and the following error."""
     plt = _plt()
     rows = 3 if desired is not None else 2

@@ -53,7 +53,7 @@ def reference_path(*parts: str) -> Path:
     return path
 
 
-def resolve_mechanism(path_or_name) -> Path:
+def resolve_mechanism(path_or_name: str | Path) -> Path:
     """A mechanism argument as users give it: an existing file path, or else the name of a
     bundled mechanism (``fourbar``).  A missing path that is not a bundled name is returned
     unchanged (the loader then reports the missing file)."""

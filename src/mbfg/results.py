@@ -158,7 +158,7 @@ class TrajectoryResult:
     velocity_residual: np.ndarray | None = None
     stats: Stats = field(default_factory=lambda: Stats("none", 0.0, 0))
 
-    def save(self, path) -> Path:
+    def save(self, path: str) -> Path:
         """Write ``.npz`` (arrays t, q, qd, qdd, Q, coords, ..., stats as JSON) or ``.csv``
         (one row per step: t, then q, qd, qdd, Q per coordinate), chosen by the extension."""
         path = Path(path)
@@ -169,7 +169,7 @@ class TrajectoryResult:
             extra["indices"] = np.asarray(self.indices)
         return _write_npz(self, path, extra)
 
-    def save_csv(self, path) -> Path:
+    def save_csv(self, path: Path) -> Path:
         """One row per step: t, then q, qd, qdd and Q of every coordinate."""
         header = ["t"] + [f"{kind}_{c}" for kind in ("q", "qd", "qdd", "Q") for c in self.coords]
         return _write_csv(Path(path), header, [self.t, self.q, self.qd, self.qdd, self.Q])
@@ -211,7 +211,7 @@ class EstimationResult:
     Q: np.ndarray | None = None
     stats: Stats = field(default_factory=lambda: Stats("none", 0.0, 0))
 
-    def save(self, path) -> Path:
+    def save(self, path: str) -> Path:
         """Write the arrays, the name and the stats (JSON) to ``.npz``, or the causal
         estimates to ``.csv`` (t, then q, qd, qdd per coordinate index)."""
         path = Path(path)

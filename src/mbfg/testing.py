@@ -15,10 +15,18 @@ import functools
 import itertools
 import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mbfg.errors import MbfgError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
 
 FD_RTOL = 1e-6
 """Default relative tolerance.  Central differences with h = eps^(1/3) * max(1, |x|) have
@@ -26,7 +34,7 @@ truncation error O(h^2 |f'''|) ~ 4e-11 and round-off O(eps |f| / h) ~ 4e-11 rela
 function scale, so a correct Jacobian agrees to ~1e-9; a wrong term shows up at O(1)."""
 
 
-def numerical_jacobian(f, x, h: float | None = None) -> np.ndarray:
+def numerical_jacobian(f: Callable, x: ArrayLike, h: float | None = None) -> np.ndarray:
     """Central-difference Jacobian of ``f`` at ``x``.
 
     Parameters
@@ -52,7 +60,7 @@ def numerical_jacobian(f, x, h: float | None = None) -> np.ndarray:
     return np.stack(cols, axis=-1) if cols else np.zeros(np.shape(f(x)) + (0,))
 
 
-def jacobian_error(analytic, numeric) -> float:
+def jacobian_error(analytic: ArrayLike, numeric: ArrayLike) -> float:
     """Max-norm difference relative to max(1, max |numeric|, max |analytic|)."""
     analytic = np.asarray(analytic, float)
     numeric = np.asarray(numeric, float)
@@ -65,8 +73,15 @@ def jacobian_error(analytic, numeric) -> float:
     return float(np.max(np.abs(analytic - numeric))) / scale
 
 
-def check_jacobian(f, x, analytic, *, rtol: float = FD_RTOL, name: str = "Jacobian",
-                   h: float | None = None) -> float:
+def check_jacobian(
+    f: Callable,
+    x: ArrayLike,
+    analytic: ArrayLike,
+    *,
+    rtol: float = FD_RTOL,
+    name: str = "Jacobian",
+    h: float | None = None,
+) -> float:
     """Assert that ``analytic`` matches the central-difference Jacobian of ``f`` at ``x``.
 
     Returns the relative error; raises AssertionError (with the worst entry) otherwise."""
@@ -81,8 +96,14 @@ def check_jacobian(f, x, analytic, *, rtol: float = FD_RTOL, name: str = "Jacobi
     return err
 
 
-def random_assembled_state(mech, rng, *, spread: float = 0.5, angle: float | None = None,
-                           speed: float = 1.0):
+def random_assembled_state(
+    mech: Mechanism,
+    rng: np.random.Generator,
+    *,
+    spread: float = 0.5,
+    angle: float | None = None,
+    speed: float = 1.0,
+) -> tuple:
     """A random assembled state (q, qd, qdd) of ``mech``, all constraint levels satisfied.
 
     The independent coordinates are moved by up to ``spread`` (relative) from q0 and solved
@@ -180,7 +201,7 @@ class GeneratedMechanism:
         """Degrees of freedom of the family."""
         return FAMILY_DOF[self.family]
 
-    def load(self):
+    def load(self) -> Mechanism:
         """Build the assembled :class:`~mbfg.model.Mechanism` (``source`` = :attr:`name`)."""
         from mbfg.loader import mechanism_from_yaml
         return mechanism_from_yaml(self.yaml, self.name)
@@ -234,7 +255,7 @@ def random_mechanism(family: str, seed: int, *, length: float | None = None,
                               name=name)
 
 
-def random_mechanisms(count: int, seed: int, families=FAMILIES) -> list:
+def random_mechanisms(count: int, seed: int, families: tuple = FAMILIES) -> list:
     """``count`` random mechanisms cycling through ``families``, at random scales.
 
     The i-th is of family ``families[i % len(families)]`` with a seed drawn from ``seed``, so

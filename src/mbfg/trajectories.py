@@ -1,20 +1,32 @@
 """Desired-motion generators (pure functions of time) and time-grid checks."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mbfg.errors import DataError
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
-def rest_to_rest(tau):
+
+def rest_to_rest(tau: ArrayLike) -> tuple:
     """Cubic rest-to-rest profile s(tau) = 3 tau^2 - 2 tau^3 on [0, 1] and its first two
     derivatives w.r.t. tau (clipped outside [0, 1])."""
     tau = np.clip(np.asarray(tau, float), 0.0, 1.0)
     return 3 * tau**2 - 2 * tau**3, 6 * tau - 6 * tau**2, 6 - 12 * tau
 
 
-def l_path(t, *, start=(-0.5, -5.0), corner=(-0.5, -4.0), end=(0.5, -4.0), t_corner=2.5,
-           t_end=5.0):
+def l_path(
+    t: ArrayLike,
+    *,
+    start: tuple = (-0.5, -5.0),
+    corner: tuple = (-0.5, -4.0),
+    end: tuple = (0.5, -4.0),
+    t_corner: float = 2.5,
+    t_end: float = 5.0,
+) -> tuple:
     """The parallel robot's "L" path of point 6 (reference-data README): straight up from
     ``start`` to ``corner`` during [0, t_corner], then to ``end`` during [t_corner, t_end], each
     leg with the rest-to-rest profile.
@@ -35,7 +47,7 @@ def l_path(t, *, start=(-0.5, -5.0), corner=(-0.5, -4.0), end=(0.5, -4.0), t_cor
     return xy, xyd, xydd
 
 
-def uniform_step(t, path="trajectory") -> float:
+def uniform_step(t: ArrayLike, path: str = "trajectory") -> float:
     """The constant time step of ``t`` or a DataError."""
     if t.size < 2:
         raise DataError(f"{path}: need at least two time samples")

@@ -16,11 +16,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mbfg.estimation.registry import ESTIMATORS, estimator
 from mbfg.model.sensors import AngleEncoder, Gyroscope, SensorSet, wrap_angle
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
+    from mbfg.model.sensors import Sensor
+    from mbfg.results import EstimationResult
 
 __all__ = ["ESTIMATORS", "review_fourbar", "sensor_setups", "simulate_prototype", "metrics",
            "run_case", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA", "MODEL_GRAVITY",
@@ -41,7 +52,8 @@ PUBLISHED = {
 }
 """What Sect. 12 of the review states in its text for each sensor setup."""
 
-def review_fourbar():
+
+def review_fourbar() -> tuple[Mechanism, Mechanism, np.ndarray]:
     """(prototype, model, model_q0): the review's four-bar (the bundled ``fourbar-review``)
     and the estimator's model, whose gravity is -8.81 m/s^2 and whose initial crank angle is
     pi/3 + pi/16 (assembled; the model mechanism's ``q0`` is that configuration too)."""
@@ -74,7 +86,7 @@ def sensor_setups() -> dict:
 _PROTO_CACHE: dict = {}
 
 
-def simulate_prototype(proto, t_end, dt):
+def simulate_prototype(proto: Mechanism, t_end: float, dt: float) -> tuple:
     """(t, q, qd, qdd) of the prototype from rest at its q0 (DOP853, rtol = atol = 1e-11);
     cached per (mechanism, t_end, dt)."""
     from mbfg.model.integrate import integrate_reference
@@ -89,7 +101,9 @@ def _rmse(x):
     return float(np.sqrt(np.mean(np.square(x)))) if np.size(x) else float("nan")
 
 
-def metrics(result, truth, k, dt, after=2.0, smoothed=False) -> dict:
+def metrics(
+    result: Any, truth: ArrayLike, k: int, dt: float, after: float = 2.0, smoothed: bool = False
+) -> dict:
     """RMSE of coordinate k (position, rate, acceleration; whole run and after ``after`` s)."""
     t, q, qd, qdd = truth
     est = ((result.q_smoothed, result.qd_smoothed, result.qdd_smoothed) if smoothed
@@ -106,8 +120,19 @@ def metrics(result, truth, k, dt, after=2.0, smoothed=False) -> dict:
     return out
 
 
-def run_case(estimator_fn, proto, model, sensors, t_end, dt, seed, *, q0=None,
-             return_result=False, **options):
+def run_case(
+    estimator_fn: Any,
+    proto: Mechanism,
+    model: Mechanism,
+    sensors: Sequence[Sensor],
+    t_end: float,
+    dt: float,
+    seed: int,
+    *,
+    q0: ArrayLike | None = None,
+    return_result: bool = False,
+    **options: Any,
+) -> dict | tuple[dict, EstimationResult]:
     """One three-simulation run: prototype readings with ``seed``, the estimator on the model.
 
     ``estimator_fn`` is a callable or a registered name.  Returns the metrics dict

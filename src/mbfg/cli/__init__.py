@@ -131,7 +131,7 @@ def _run(args) -> int:
     return code
 
 
-def main(argv=None) -> int:
+def main(argv: list | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

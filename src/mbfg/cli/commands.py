@@ -6,10 +6,21 @@ import contextlib
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mbfg.errors import DataError, MbfgError, SolverError, UsageError
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Iterator
+    from typing import Any
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
+    from mbfg.results import TrajectoryResult
 
 RESULT_SUFFIXES = (".npz", ".csv")
 """File types of ``--out`` for simulate and inverse (TrajectoryResult.save)."""
@@ -19,7 +30,7 @@ MEMORY_FACTOR = 4
 their copies); a run needing more than half of the machine's RAM is refused up front."""
 
 
-def parse_coordinates(text: str, mech, option: str) -> tuple:
+def parse_coordinates(text: str, mech: Mechanism, option: str) -> tuple:
     """``"20,21"`` or ``"theta0,theta1"`` -> coordinate indices of ``mech``."""
     out = []
     for item in str(text).replace(" ", "").split(","):
@@ -78,7 +89,9 @@ def physical_memory() -> int | None:
     return pages * size if pages > 0 and size > 0 else None
 
 
-def check_horizon(mech, t_end: float, dt: float, *, t_option="--t-end", dt_option="--dt") -> int:
+def check_horizon(
+    mech: Mechanism, t_end: float, dt: float, *, t_option: str = "--t-end", dt_option: str = "--dt"
+) -> int:
     """Number of steps round(t_end / dt) of a run, after refusing a step longer than the
     duration, a run whose arrays would not fit in half of the RAM, and a step longer than half
     the period of a pendulum of the mechanism's size (no step could follow its motion)."""
@@ -98,7 +111,7 @@ def check_horizon(mech, t_end: float, dt: float, *, t_option="--t-end", dt_optio
     return int(round(steps))
 
 
-def check_step(mech, dt: float, what: str) -> None:
+def check_step(mech: Mechanism, dt: float, what: str) -> None:
     """Refuse a time step longer than half the small-oscillation period 2 pi sqrt(ell / |g|)
     of a pendulum as long as the mechanism's characteristic length ell (the sampling limit:
     at least two steps per period).  Without gravity the mechanism has no time scale.
@@ -126,7 +139,9 @@ def check_window(window: int, samples: int, option: str = "--window", what: str 
                          f"horizon at once; expected 1 <= {option} <= {samples}")
 
 
-def check_output(path, option: str, suffixes=RESULT_SUFFIXES, what: str = "") -> None:
+def check_output(
+    path: str | None, option: str, suffixes: tuple | None = RESULT_SUFFIXES, what: str = ""
+) -> None:
     """Before any computation: ``path`` has one of ``suffixes`` (case-insensitive) and its
     directory exists."""
     if path is None:
@@ -144,7 +159,7 @@ def check_output(path, option: str, suffixes=RESULT_SUFFIXES, what: str = "") ->
                          f"file in an existing directory")
 
 
-def check_plot(path, option: str = "--plot") -> None:
+def check_plot(path: str | None, option: str = "--plot") -> None:
     """``path`` names an image type matplotlib can write (checked before the computation)."""
     if path is None:
         return
@@ -156,7 +171,7 @@ def check_plot(path, option: str = "--plot") -> None:
 
 
 @contextlib.contextmanager
-def numerics(what: str):
+def numerics(what: str) -> Iterator:
     """Numerical breakdowns of a computation on absurd input (singular or non-positive-definite
     matrices, overflow, an indeterminate GTSAM system) become a one-line SolverError."""
     try:
@@ -177,7 +192,7 @@ def numerics(what: str):
                           f"range") from None
 
 
-def check_finite(what: str, t, **arrays) -> None:
+def check_finite(what: str, t: ArrayLike, **arrays: Any) -> None:
     """A result with a non-finite value is an error, not a result."""
     for name, a in arrays.items():
         if a is None:
@@ -199,7 +214,7 @@ def _finish(result, args, plot) -> None:
         print(f"plot:      {plot(result, args.plot)}")
 
 
-def energy_report(mech, res) -> str:
+def energy_report(mech: Mechanism, res: TrajectoryResult) -> str:
     """One line: the drift of the mechanical energy T + V over a forward-dynamics result,
     absolute [J] and relative to the largest kinetic energy reached (the energy in play)."""
     from mbfg.model.inertia import kinetic_energy, mechanical_energy
@@ -213,7 +228,7 @@ def energy_report(mech, res) -> str:
             + relative)
 
 
-def cmd_simulate(args) -> int:
+def cmd_simulate(args: argparse.Namespace) -> int:
     import mbfg
     from mbfg.progress import ProgressBar
 
@@ -263,7 +278,7 @@ def cmd_simulate(args) -> int:
     return 0
 
 
-def cmd_inverse(args) -> int:
+def cmd_inverse(args: argparse.Namespace) -> int:
     import mbfg
     from mbfg.drivers.inverse_dynamics import solve_inverse_dynamics
     from mbfg.io import read_trajectory
@@ -321,7 +336,7 @@ def cmd_inverse(args) -> int:
     return 0
 
 
-def cmd_synthesize(args) -> int:
+def cmd_synthesize(args: argparse.Namespace) -> int:
     """Simulate the mechanism accurately (the "prototype") and write noisy sensor readings."""
     import mbfg
     from mbfg.io import write_readings
@@ -370,7 +385,7 @@ def _estimator_settings(args, mech, est):
     return dataclasses.replace(ONLINE_FORCE_SETTINGS, force_coordinates=coords)
 
 
-def cmd_estimate(args) -> int:
+def cmd_estimate(args: argparse.Namespace) -> int:
     """State estimation from a readings file with a factor graph or a filter baseline."""
     import dataclasses
 
@@ -435,7 +450,7 @@ def _add_output_options(p, plot: bool = True, out_help="save the result (.npz or
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     from mbfg.cli import MECHANISM_HELP
 
     s = sub.add_parser("simulate", help="forward dynamics from the YAML configuration at rest")

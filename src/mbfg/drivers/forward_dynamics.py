@@ -3,6 +3,7 @@ independent coordinates (paper Sect. 5.1-5.2, 7.1)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,8 +18,24 @@ from mbfg.results import Stats, TrajectoryResult
 from mbfg.solvers.batch import optimize
 from mbfg.solvers.smoother import FixedLagSmoother
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def make_problem(mech, dt, coords, integrator, indices, q0, settings=None, forces=None):
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
+
+
+def make_problem(
+    mech: Mechanism,
+    dt: float,
+    coords: str,
+    integrator: str,
+    indices: ArrayLike,
+    q0: ArrayLike,
+    settings: ForwardSettings | None = None,
+    forces: ForceInput | None = None,
+) -> ForwardProblem:
     settings = settings or ForwardSettings(dt=dt, integrator=integrator)
     if coords == "independent":
         indices = (tuple(indices) if indices is not None
@@ -27,10 +44,21 @@ def make_problem(mech, dt, coords, integrator, indices, q0, settings=None, force
     return ForwardProblem(mech, settings, coords, indices, forces)
 
 
-def simulate_batch(mech, t_end: float, dt: float = 1e-3, *, coords: str = "dependent",
-                   integrator: str = "trapezoidal", q0=None, qd0=None, indices=None,
-                   settings: ForwardSettings | None = None, segment: int | None = 500,
-                   progress=None, forces: ForceInput = None) -> TrajectoryResult:
+def simulate_batch(
+    mech: Mechanism,
+    t_end: float,
+    dt: float = 1e-3,
+    *,
+    coords: str = "dependent",
+    integrator: str = "trapezoidal",
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    indices: ArrayLike | None = None,
+    settings: ForwardSettings | None = None,
+    segment: int | None = 500,
+    progress: Callable | None = None,
+    forces: ForceInput | None = None,
+) -> TrajectoryResult:
     """Forward dynamics as batch factor graphs, solved by Gauss-Newton.
 
     The graph (:class:`~mbfg.graphs.forward.ForwardProblem`) is square and causal: the states
@@ -135,7 +163,9 @@ def _restore_indices(problem, X):
     return X
 
 
-def failure(mech, problem, X, dt, exc):
+def failure(
+    mech: Mechanism, problem: ForwardProblem, X: ArrayLike, dt: float, exc: ConvergenceError
+) -> ConvergenceError:
     """The error to raise when a simulation stops after the rows X (k+1, dim): a
     :class:`LockupError` if the last good state is a branch point (the constraint Jacobian
     loses rank, in the mechanism's own scales), else ``exc``; either with ``partial`` set to
@@ -167,8 +197,16 @@ LOCKUP_RATIO = 1e-6
 simulation is reported as a lock-up (:class:`~mbfg.errors.LockupError`)."""
 
 
-def explicit_guess(mech, q0, qd0, dt, N, coarse: int = 1, forces: ForceInput = None,
-                   t0: float = 0.0):
+def explicit_guess(
+    mech: Mechanism,
+    q0: ArrayLike,
+    qd0: ArrayLike,
+    dt: float,
+    N: int,
+    coarse: int = 1,
+    forces: ForceInput | None = None,
+    t0: float = 0.0,
+) -> tuple:
     """A cheap initial estimate for the batch solve: velocity-Verlet propagation with the
     model's accelerations at ``coarse * dt``, cubic Hermite interpolation to the fine grid,
     then vectorized projection onto Phi = 0 and Phi_q v = 0 and accelerations from the model
@@ -203,7 +241,14 @@ def explicit_guess(mech, q0, qd0, dt, N, coarse: int = 1, forces: ForceInput = N
     return q, v, D.forward_dynamics(mech, q, v, forces_at(forces, t0 + t, mech.n))
 
 
-def trajectory_result(mech, problem, X, dt, stats: Stats, forces=None) -> TrajectoryResult:
+def trajectory_result(
+    mech: Mechanism,
+    problem: ForwardProblem,
+    X: ArrayLike,
+    dt: float,
+    stats: Stats,
+    forces: ForceInput | None = None,
+) -> TrajectoryResult:
     """The :class:`TrajectoryResult` of step vectors X (T, dim) of ``problem``'s layout.
     ``forces`` (T, n): the applied generalized forces (default: the problem's, zeros
     without loads)."""
@@ -223,11 +268,23 @@ def trajectory_result(mech, problem, X, dt, stats: Stats, forces=None) -> Trajec
         zdd=p["zdd"] if independent else None)
 
 
-def simulate_smoother(mech, t_end: float, dt: float = 1e-3, *, coords: str = "dependent",
-                      integrator: str = "trapezoidal", window: int = 2, q0=None, qd0=None,
-                      indices=None, settings: ForwardSettings | None = None, progress=None,
-                      max_iterations: int = 10, reselect: float | None = 0.9,
-                      forces: ForceInput = None) -> TrajectoryResult:
+def simulate_smoother(
+    mech: Mechanism,
+    t_end: float,
+    dt: float = 1e-3,
+    *,
+    coords: str = "dependent",
+    integrator: str = "trapezoidal",
+    window: int = 2,
+    q0: ArrayLike | None = None,
+    qd0: list | None = None,
+    indices: ArrayLike | None = None,
+    settings: ForwardSettings | None = None,
+    progress: Callable | None = None,
+    max_iterations: int = 10,
+    reselect: float | None = 0.9,
+    forces: ForceInput | None = None,
+) -> TrajectoryResult:
     """Forward dynamics step by step with a fixed-lag smoother of ``window`` steps.
 
     The factor graph is that of :func:`mbfg.drivers.forward_dynamics.simulate_batch` (same

@@ -5,6 +5,7 @@ follow a prescribed motion of some coordinates, by the four-stage batch solve of
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +16,13 @@ from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
 from mbfg.results import Stats, TrajectoryResult
 from mbfg.solvers.batch import optimize
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
 
 STAGE_NAMES = {1: "positions", 2: "velocities and accelerations", 3: "velocity constraints",
                4: "forces"}
@@ -30,8 +38,14 @@ def _transfer(X, old, new, extra=None) -> np.ndarray:
     return out
 
 
-def positions_by_continuation(mech, imposed, desired, q_guess=None, stride: int = 10,
-                              tol: float = 1e-12) -> np.ndarray:
+def positions_by_continuation(
+    mech: Mechanism,
+    imposed: tuple,
+    desired: ArrayLike,
+    q_guess: ArrayLike | None = None,
+    stride: int = 10,
+    tol: float = 1e-12,
+) -> np.ndarray:
     """q (N, n) with q[imposed] = desired on the assembly branch of ``q_guess`` (default q0).
 
     Finite displacement by continuation on every ``stride``-th sample (each solve starts
@@ -60,10 +74,20 @@ def positions_by_continuation(mech, imposed, desired, q_guess=None, stride: int 
     return out
 
 
-def solve_inverse_dynamics(mech, t, desired, imposed, actuated=None, *, coords: str = "dependent",
-                           indices=None, integrator: str = "trapezoidal",
-                           settings: InverseSettings | None = None, progress=None,
-                           max_iterations: int = 50) -> TrajectoryResult:
+def solve_inverse_dynamics(
+    mech: Mechanism,
+    t: ArrayLike,
+    desired: ArrayLike,
+    imposed: ArrayLike,
+    actuated: tuple | None = None,
+    *,
+    coords: str = "dependent",
+    indices: ArrayLike | None = None,
+    integrator: str = "trapezoidal",
+    settings: InverseSettings | None = None,
+    progress: Callable | None = None,
+    max_iterations: int = 50,
+) -> TrajectoryResult:
     """Forces on the ``actuated`` coordinates that make ``q[imposed]`` follow ``desired``.
 
     Parameters

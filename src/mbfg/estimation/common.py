@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,12 @@ from mbfg.model.kinematics import choose_independent_coordinates, solve_position
 from mbfg.model.sensors import SensorSet, readings_on_grid, wrap_angle
 from mbfg.results import EstimationResult, Stats
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.dynamics import IndependentState
+    from mbfg.model.mechanism import Mechanism
+
 __all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "predict_readings", "innovation",
            "reading_variances", "observation_jacobian", "white_acceleration_noise", "unscented_weights", "sigma_points",
            "systematic_resample", "weighted_mean", "applied_forces", "initial_state",
@@ -30,14 +37,14 @@ __all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "predict_readings
 
 
 # =============================================================================== readings
-def sensor_set(sensors, model) -> SensorSet:
+def sensor_set(sensors: SensorSet, model: Mechanism) -> SensorSet:
     """``sensors`` as a :class:`SensorSet`, validated against ``model``."""
     sensors = sensors if isinstance(sensors, SensorSet) else SensorSet(sensors)
     sensors.validate(model)
     return sensors
 
 
-def assumed_sigmas(sensors: Sequence, sensor_sigmas=None) -> list[float]:
+def assumed_sigmas(sensors: Sequence, sensor_sigmas: ArrayLike | None = None) -> list[float]:
     """The sensor sigmas a filter assumes: each sensor's own ``sigma`` or ``sensor_sigmas``
     (a scalar or one per sensor, in each reading's units)."""
     if sensor_sigmas is None:
@@ -45,7 +52,7 @@ def assumed_sigmas(sensors: Sequence, sensor_sigmas=None) -> list[float]:
     return [float(x) for x in np.broadcast_to(np.asarray(sensor_sigmas, float), (len(sensors),))]
 
 
-def readings_by_step(sensors: Sequence, readings, n_steps: int) -> list[list]:
+def readings_by_step(sensors: Sequence, readings: list, n_steps: int) -> list[list]:
     """Per step k of the grid, the list of ``(sensor index, values (dim,))`` read at k
     (:func:`mbfg.model.sensors.readings_on_grid` regrouped by step)."""
     per_step: list[list] = [[] for _ in range(int(n_steps))]
@@ -55,7 +62,14 @@ def readings_by_step(sensors: Sequence, readings, n_steps: int) -> list[list]:
     return per_step
 
 
-def predict_readings(model, sensors: Sequence, available, q, qd, qdd):
+def predict_readings(
+    model: Mechanism,
+    sensors: Sequence,
+    available: list,
+    q: ArrayLike,
+    qd: ArrayLike,
+    qdd: ArrayLike,
+) -> tuple:
     """Predicted readings of the sensors in ``available`` (``(index, values)`` pairs).
 
     Returns ``h`` (N, k) the stacked predictions at the N states, ``o`` (k,) the stacked
@@ -69,14 +83,21 @@ def predict_readings(model, sensors: Sequence, available, q, qd, qdd):
     return np.concatenate(hs, axis=-1), np.concatenate(os_), np.concatenate(ang)
 
 
-def innovation(o, h, angular) -> np.ndarray:
+def innovation(o: ArrayLike, h: ArrayLike, angular: np.ndarray) -> np.ndarray:
     """o - h, with the ``angular`` components wrapped to (-pi, pi]."""
     r = np.asarray(o, float) - h
     return np.where(angular, wrap_angle(r), r) if np.any(angular) else r
 
 
-def observation_jacobian(model, sensors: Sequence, available, state, Q=None, *,
-                         force_state: bool = False) -> np.ndarray:
+def observation_jacobian(
+    model: Mechanism,
+    sensors: Sequence,
+    available: list,
+    state: IndependentState,
+    Q: ArrayLike | None = None,
+    *,
+    force_state: bool = False,
+) -> np.ndarray:
     """Jacobian dh/dx (k, l) of the predicted readings of ``available`` at state 0 of
     ``state`` (an :class:`~mbfg.model.dynamics.IndependentState`) with respect to the filter
     state x = [z, zdot] (l = 2d) or, with ``force_state``, [z, zdot, a] (l = 3d) where a is an
@@ -112,13 +133,13 @@ def observation_jacobian(model, sensors: Sequence, available, state, Q=None, *,
     return np.concatenate(blocks, axis=0)
 
 
-def reading_variances(sensors: Sequence, available, sigmas) -> np.ndarray:
+def reading_variances(sensors: Sequence, available: list, sigmas: list) -> np.ndarray:
     """(k,) variances of the stacked readings of ``available`` from per-sensor ``sigmas``."""
     return np.concatenate([np.full(sensors[i].dim, sigmas[i] ** 2) for i, _ in available])
 
 
 # ========================================================================== process noise
-def white_acceleration_noise(qc, dt: float, d: int) -> np.ndarray:
+def white_acceleration_noise(qc: float, dt: float, d: int) -> np.ndarray:
     """Discrete process noise (2d, 2d) of a continuous white acceleration noise of power
     spectral density ``qc`` on d coordinates, by Van Loan's method (review Sect. 12.1):
     qc [[dt^3/3, dt^2/2], [dt^2/2, dt]] per coordinate, for the state [z, zdot]."""
@@ -127,7 +148,7 @@ def white_acceleration_noise(qc, dt: float, d: int) -> np.ndarray:
 
 
 # =========================================================================== sigma points
-def unscented_weights(l: int, alpha: float = 1.0, beta: float = 2.0, kappa: float = 0.0):
+def unscented_weights(l: int, alpha: float = 1.0, beta: float = 2.0, kappa: float = 0.0) -> tuple:
     """Mean and covariance weights (2l+1,) and the spread zeta = sqrt(l + lambda) of the
     scaled unscented transform (review Eqs. 34-36), lambda = alpha^2 (l + kappa) - l."""
     lam = alpha ** 2 * (l + kappa) - l
@@ -138,7 +159,7 @@ def unscented_weights(l: int, alpha: float = 1.0, beta: float = 2.0, kappa: floa
     return Wm, Wc, float(np.sqrt(l + lam))
 
 
-def sigma_points(x, P, zeta: float) -> np.ndarray:
+def sigma_points(x: ArrayLike, P: ArrayLike, zeta: float) -> np.ndarray:
     """The 2l+1 sigma points (rows) of mean ``x`` (l,) and covariance ``P`` (l, l):
     x, x + zeta L_i, x - zeta L_i with L the Cholesky factor of P.  A jitter of a few ulps of
     P's largest variance keeps a semi-definite P factorizable."""
@@ -149,7 +170,9 @@ def sigma_points(x, P, zeta: float) -> np.ndarray:
 
 
 # ============================================================================ resampling
-def systematic_resample(weights, rng: np.random.Generator, count: int | None = None) -> np.ndarray:
+def systematic_resample(
+    weights: ArrayLike, rng: np.random.Generator, count: int | None = None
+) -> np.ndarray:
     """``count`` (default ``weights.size``) indices drawn by systematic resampling of the
     normalized ``weights``."""
     M = weights.size if count is None else int(count)
@@ -159,7 +182,9 @@ def systematic_resample(weights, rng: np.random.Generator, count: int | None = N
     return np.searchsorted(c, u)
 
 
-def weighted_mean(values, weights, angular: Sequence[bool], reference=None):
+def weighted_mean(
+    values: ArrayLike, weights: ArrayLike, angular: Sequence[bool], reference: ArrayLike | None = None
+) -> tuple:
     """Weighted mean of samples ``values`` (M, d) and their deviations from it (M, d).
 
     Angular columns use the circular mean (2015 particle-filter paper, footnote 6), unwrapped
@@ -178,7 +203,9 @@ def weighted_mean(values, weights, angular: Sequence[bool], reference=None):
 
 
 # ================================================================================ set-up
-def applied_forces(force: Callable, t: float, estimated, indices, n: int, count: int) -> np.ndarray:
+def applied_forces(
+    force: Callable, t: float, estimated: ArrayLike | None, indices: ArrayLike, n: int, count: int
+) -> np.ndarray:
     """Applied generalized forces (count, n) at time t [s]: the known forces ``force(t)``
     (:func:`mbfg.model.forces.force_function`) plus ``estimated`` (count, d) on the
     independent coordinates (Q = B^T Q_z, so that R^T Q = Q_z), if given."""
@@ -189,7 +216,12 @@ def applied_forces(force: Callable, t: float, estimated, indices, n: int, count:
     return out
 
 
-def initial_state(model, q0=None, qd0=None, indices=None):
+def initial_state(
+    model: Mechanism,
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    indices: ArrayLike | None = None,
+) -> tuple:
     """A filter's start: q (1, n) assembled with its independent coordinates held, the
     independent coordinates (d,) (default
     :func:`~mbfg.model.kinematics.choose_independent_coordinates`) and their rates (d,)."""
@@ -204,8 +236,18 @@ def initial_state(model, q0=None, qd0=None, indices=None):
     return qa, idx, zd0
 
 
-def filter_result(name: str, dt: float, q, qd, qdd, z_std, zd_std, started: float,
-                  n_steps: int, extra: dict) -> EstimationResult:
+def filter_result(
+    name: str,
+    dt: float,
+    q: ArrayLike,
+    qd: ArrayLike,
+    qdd: ArrayLike,
+    z_std: ArrayLike,
+    zd_std: ArrayLike,
+    started: float,
+    n_steps: int,
+    extra: dict,
+) -> EstimationResult:
     """The frozen :class:`EstimationResult` of a recursive filter; ``started`` is its
     ``time.perf_counter()`` at the start, ``extra`` its own statistics."""
     stats = Stats.of(name, time.perf_counter() - started, n_steps, n_steps, **extra)

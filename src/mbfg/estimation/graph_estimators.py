@@ -37,6 +37,7 @@ angle coordinates (``mech.angle_coords``; for the review four-bar, the crank ang
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import gtsam
 import numpy as np
@@ -46,6 +47,15 @@ from mbfg.model import kinematics as K
 from mbfg.results import EstimationResult, Stats
 from mbfg.solvers.batch import linearize, optimize
 from mbfg.solvers.smoother import FixedLagSmoother
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
+    from mbfg.model.sensors import Sensor, SensorSet
 
 __all__ = ["estimate_online", "estimate_batch", "EstimatorSettings", "ONLINE_FORCE_SETTINGS"]
 
@@ -73,8 +83,20 @@ def _stds(mech, covs):
     return d[:, idx], d[:, mech.n + idx]
 
 
-def estimate_online(model, sensors, readings, dt, n_steps, *, window=10, settings=None,
-                    q0=None, qd0=None, covariance=False, progress=None) -> EstimationResult:
+def estimate_online(
+    model: Mechanism,
+    sensors: SensorSet,
+    readings: list,
+    dt: float,
+    n_steps: int,
+    *,
+    window: int = 10,
+    settings: EstimatorSettings | None = None,
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    covariance: bool = False,
+    progress: Callable | None = None,
+) -> EstimationResult:
     """Fixed-lag factor-graph estimator (see the module docstring).
 
     Parameters
@@ -102,7 +124,7 @@ def estimate_online(model, sensors, readings, dt, n_steps, *, window=10, setting
     """
     t0 = time.perf_counter()
     est, q0, qd0, problem = _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0)
-    n, N = model.n, int(n_steps)
+    N = int(n_steps)
     lay = problem.layout
     sm = FixedLagSmoother(problem, window, max_iterations=est.max_iterations,
                            relative_tolerance=est.relative_tolerance, reselect=None,
@@ -159,8 +181,19 @@ def _chain_marginals(lin, keys, dim):
     return covs
 
 
-def estimate_batch(model, sensors, readings, dt, n_steps, *, settings=None, q0=None, qd0=None,
-                   covariance=False, init=None) -> EstimationResult:
+def estimate_batch(
+    model: Mechanism,
+    sensors: Sequence[Sensor],
+    readings: Sequence,
+    dt: float,
+    n_steps: int,
+    *,
+    settings: Any = None,
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    covariance: bool = False,
+    init: str | None = None,
+) -> EstimationResult:
     """Offline smoothing of a whole recording as one factor graph (see the module docstring).
 
     Arguments as :func:`estimate_online`; ``init`` (n_steps, dim) is an optional initial

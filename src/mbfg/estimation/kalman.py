@@ -51,6 +51,7 @@ Simplifications with respect to the review (see also each function):
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -63,6 +64,16 @@ from mbfg.model.dynamics import independent_state, manifold_jacobians
 from mbfg.model.forces import force_function
 from mbfg.model.integrate import independent_step
 from mbfg.model.kinematics import solve_positions_batch
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.forces import ForceInput
+    from mbfg.model.mechanism import Mechanism
+    from mbfg.model.sensors import SensorSet
+    from mbfg.results import EstimationResult
 
 __all__ = ["ekf", "ekf_fe", "ukf", "dekf", "REVIEW_P0", "REVIEW_QC", "REVIEW_SIGMA2_FE"]
 
@@ -172,8 +183,19 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
     return filter_result(name, dt, out_q, out_qd, out_qdd, zstd, zdstd, t0, n_steps, stats)
 
 
-def ekf(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, qd0=None,
-        integrator="trapezoidal", **options):
+def ekf(
+    model: Mechanism,
+    sensors: SensorSet,
+    readings: list,
+    dt: float,
+    n_steps: int,
+    *,
+    seed: int = 0,
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    integrator: str = "trapezoidal",
+    **options: Any,
+) -> EstimationResult:
     """errorEKF (review Sect. 7.1): error state [dz, dzdot], x^- = 0; the multibody model is
     integrated on its own (trapezoidal rule, independent coordinates), the error covariance
     with the forward-Euler Jacobian F = [[I, dt I], [0, I]] (Eq. 50) and the van Loan plant
@@ -190,8 +212,20 @@ def ekf(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, qd0=None,
                        integrator=integrator, **options)
 
 
-def ekf_fe(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, qd0=None,
-           integrator="trapezoidal", exact_jacobian=True, **options):
+def ekf_fe(
+    model: Mechanism,
+    sensors: SensorSet,
+    readings: list,
+    dt: float,
+    n_steps: int,
+    *,
+    seed: int = 0,
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    integrator: str = "trapezoidal",
+    exact_jacobian: bool = True,
+    **options: Any,
+) -> EstimationResult:
     """errorEKF_FE (review Sect. 7.3): error state [dz, dzdot, dzddot] with a random walk on the
     acceleration error (Sigma_P = diag(0, 0, sigma2_acc), sigma2_acc = 2.291e-3;
     F = [[I, dt I, 0], [0, I, dt I], [0, 0, I]]).  After each update the acceleration
@@ -212,8 +246,19 @@ def ekf_fe(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, qd0=None,
                        integrator=integrator, exact_jacobian=exact_jacobian, **options)
 
 
-def dekf(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, qd0=None,
-         integrator="euler", **options):
+def dekf(
+    model: Mechanism,
+    sensors: SensorSet,
+    readings: list,
+    dt: float,
+    n_steps: int,
+    *,
+    seed: int = 0,
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    integrator: str = "euler",
+    **options: Any,
+) -> EstimationResult:
     """DEKF (review Sect. 5): direct state x = [z, zdot], forward-Euler transition (Eq. 49) for
     both the multibody model and the covariance (Eq. 50), measurement update Eqs. 51-55 with
     h evaluated at the predicted state.  Options as :func:`ekf`.  The update is algebraically
@@ -223,9 +268,26 @@ def dekf(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, qd0=None,
 
 
 # ================================================================================ UKF
-def ukf(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, qd0=None,
-        integrator="trapezoidal", alpha=1.0, beta=2.0, kappa=0.0, indices=None, forces=None,
-        sensor_sigmas=None, p0=REVIEW_P0, qc=REVIEW_QC):
+def ukf(
+    model: Mechanism,
+    sensors: SensorSet,
+    readings: list,
+    dt: float,
+    n_steps: int,
+    *,
+    seed: int = 0,
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    integrator: str = "trapezoidal",
+    alpha: float = 1.0,
+    beta: float = 2.0,
+    kappa: float = 0.0,
+    indices: ArrayLike | None = None,
+    forces: ForceInput | None = None,
+    sensor_sigmas: ArrayLike | None = None,
+    p0: float = REVIEW_P0,
+    qc: float = REVIEW_QC,
+) -> EstimationResult:
     """UKF (review Sects. 4.1 and 4.4): state x = [z, zdot], 2l+1 sigma points (Eqs. 34-36,
     Cholesky square root, zeta = sqrt(l + lambda), lambda = alpha^2 (l + kappa) - l), each
     propagated through one integration step of the model (trapezoidal rule, as in the

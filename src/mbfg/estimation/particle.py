@@ -27,6 +27,7 @@ Estimates (Eq. 19): weighted means, the angles by the circular mean (footnote 6)
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,11 +40,19 @@ from mbfg.model.forces import force_function
 from mbfg.model.integrate import independent_step
 from mbfg.model.kinematics import solve_positions_batch
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.forces import ForceInput
+    from mbfg.model.mechanism import Mechanism
+    from mbfg.model.sensors import SensorSet
+    from mbfg.results import EstimationResult
+
 __all__ = ["particle_filter", "branch_sign", "default_branch_points", "mirror_branch"]
 
 
 # ================================================================================ branches
-def default_branch_points(mech) -> tuple:
+def default_branch_points(mech: Mechanism) -> tuple:
     """(i, j, k) for the branch label: a free point j joined by bodies to a free point i and a
     fixed point k (an RR dyad closing the loop on the ground), the highest-index such j (for
     the bundled four-bars the coupler-rocker joint)."""
@@ -63,7 +72,7 @@ def default_branch_points(mech) -> tuple:
                      "fixed point); give branch_points=(i, j, k)")
 
 
-def branch_sign(mech, q, points=None) -> np.ndarray:
+def branch_sign(mech: Mechanism, q: ArrayLike, points: tuple | None = None) -> np.ndarray:
     """Branch label sign(cross(r_j - r_i, r_k - r_i)) of configurations q (..., n) -> (...)."""
     i, j, k = default_branch_points(mech) if points is None else points
     r = mech.point_positions(q)
@@ -71,7 +80,7 @@ def branch_sign(mech, q, points=None) -> np.ndarray:
     return np.sign(a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]).astype(int)
 
 
-def mirror_branch(mech, q, points=None) -> np.ndarray:
+def mirror_branch(mech: Mechanism, q: ArrayLike, points: tuple | None = None) -> np.ndarray:
     """q with point j reflected across the line through points i and k (the other assembly of
     the dyad: distances to i and k are preserved)."""
     i, j, k = default_branch_points(mech) if points is None else points
@@ -107,11 +116,33 @@ def _sweep_table(model, q, idx, span=np.pi, step=np.radians(2.0)):
 
 
 # ========================================================================= the filter
-def particle_filter(model, sensors, readings, dt, n_steps, *, seed=0, q0=None, qd0=None,
-                    n_particles=100, sigma_a=1.0, sensor_sigmas=None, init="uniform",
-                    z_range=None, zd_max=2.0, z_std=0.1, zd_std=0.1, branch_init="uniform",
-                    branch_points=None, true_branch=None, resample_threshold=0.5,
-                    initial_particles=None, integrator="rk4", indices=None, forces=None):
+def particle_filter(
+    model: Mechanism,
+    sensors: SensorSet,
+    readings: list,
+    dt: float,
+    n_steps: int,
+    *,
+    seed: int = 0,
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    n_particles: int = 100,
+    sigma_a: float = 1.0,
+    sensor_sigmas: ArrayLike | None = None,
+    init: str = "uniform",
+    z_range: tuple[float, float] | None = None,
+    zd_max: float = 2.0,
+    z_std: float = 0.1,
+    zd_std: float = 0.1,
+    branch_init: str = "uniform",
+    branch_points: ArrayLike | None = None,
+    true_branch: int | None = None,
+    resample_threshold: float = 0.5,
+    initial_particles: int | None = None,
+    integrator: str = "rk4",
+    indices: ArrayLike | None = None,
+    forces: ForceInput | None = None,
+) -> EstimationResult:
     """Particle filter with branch inference (2015 paper, Algorithm 1).
 
     Parameters (besides the common ones)

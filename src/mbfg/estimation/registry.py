@@ -11,13 +11,17 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from mbfg.errors import UsageError
 from mbfg.estimation import kalman, particle
 from mbfg.estimation.graph_estimators import (ONLINE_FORCE_SETTINGS, EstimatorSettings,
                                              estimate_batch, estimate_online)
 from mbfg.results import EstimationResult
+
+if TYPE_CHECKING:
+    from mbfg.model.mechanism import Mechanism
+    from mbfg.model.sensors import SensorSet
 
 __all__ = ["Estimator", "ESTIMATORS", "ALIASES", "register", "estimator", "estimate"]
 
@@ -79,9 +83,18 @@ def estimator(name: str) -> Estimator:
     return ESTIMATORS[key]
 
 
-def estimate(model, sensors, readings, dt: float, n_steps: int, *, method: str = "fg-online",
-             seed: int = 0, progress: Callable[[int, int], None] | None = None,
-             **options: Any) -> EstimationResult:
+def estimate(
+    model: Mechanism,
+    sensors: SensorSet,
+    readings: list,
+    dt: float,
+    n_steps: int,
+    *,
+    method: str = "fg-online",
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+    **options: Any,
+) -> EstimationResult:
     """State estimates of ``model`` from sensor ``readings`` with the estimator ``method``.
 
     A pure function of (model, sensors, readings, dt, options, seed): the same arguments give

@@ -8,6 +8,10 @@
 * :mod:`~mbfg.factors.adapter`: the checked CustomFactor adapter;
 * :mod:`~mbfg.factors.checking`: finite-difference verification of any gtsam factor.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import gtsam
 
 from mbfg.factors import keys
@@ -24,9 +28,11 @@ from mbfg.factors.multibody import (acceleration_constraint_factor, forward_dyna
                                     unactuated_force_prior, velocity_constraint_factor)
 from mbfg.factors.sensors import observation_factor
 
+if TYPE_CHECKING:
+    from typing import Any
 
 
-def lm_params(**settings) -> gtsam.LevenbergMarquardtParams:
+def lm_params(**settings: Any) -> gtsam.LevenbergMarquardtParams:
     """Levenberg-Marquardt parameters suited to multibody graphs: multifrontal QR elimination.
 
     gtsam's default Cholesky elimination stalls (and the optimizer returns its initial values)

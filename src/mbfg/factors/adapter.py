@@ -9,14 +9,19 @@ Jacobian (shape, dtype, finiteness) before handing them to gtsam and raises
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import gtsam
 import numpy as np
 
 from mbfg.errors import FactorJacobianError
 from mbfg.factors.keys import key_name
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
-def noise_model(sigmas, dim: int):
+
+def noise_model(sigmas: ArrayLike, dim: int) -> gtsam.noiseModel.Base:
     """Diagonal noise model from a scalar or per-component standard deviation(s)."""
     s = np.asarray(sigmas, float)
     if s.ndim == 0:
@@ -73,7 +78,7 @@ class FactorSpec:
         if len(set(self.keys)) != len(self.keys):
             raise ValueError(f"{name}: repeated key in {[key_name(k) for k in self.keys]}")
 
-    def evaluate(self, xs, jacobians: bool = True):
+    def evaluate(self, xs: list, jacobians: bool = True) -> tuple:
         """Error (r,) and, if asked, the list of Jacobians (r, dim_i), validated."""
         p = {}
         for slot, x, d, k in zip(self.slots, xs, self.dims, self.keys):
@@ -125,7 +130,7 @@ class MultibodyFactor(gtsam.CustomFactor):
                 f"{', '.join(key_name(k) for k in self.spec.keys)}>")
 
 
-def custom_factor(spec: FactorSpec, sigmas) -> MultibodyFactor:
+def custom_factor(spec: FactorSpec, sigmas: list | float) -> MultibodyFactor:
     """Wrap a :class:`FactorSpec` in a checked CustomFactor with diagonal noise ``sigmas``."""
     return MultibodyFactor(spec, sigmas)
 

@@ -23,8 +23,14 @@ def _with(values, key, x):
     return out
 
 
-def check_factor_jacobians(factor, values, *, rtol: float = FD_RTOL, h: float | None = None,
-                           rng=None) -> float:
+def check_factor_jacobians(
+    factor: gtsam.NonlinearFactor,
+    values: gtsam.Values,
+    *,
+    rtol: float = FD_RTOL,
+    h: float | None = None,
+    rng: np.random.Generator | None = None,
+) -> float:
     """Assert that ``factor``'s linearization at ``values`` matches finite differences.
 
     Parameters

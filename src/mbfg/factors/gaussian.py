@@ -10,14 +10,18 @@ keys.  Elimination treats it like any other Gaussian factor.
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import gtsam
 import numpy as np
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 _UNIT_CACHE: dict = {}
 
 
-def unit_noise(dim: int):
+def unit_noise(dim: int) -> gtsam.noiseModel.Unit:
     """Cached ``noiseModel.Unit`` of a dimension."""
     m = _UNIT_CACHE.get(dim)
     if m is None:
@@ -25,7 +29,7 @@ def unit_noise(dim: int):
     return m
 
 
-def gaussian_factor(keys, blocks, b):
+def gaussian_factor(keys: list, blocks: list, b: ArrayLike) -> gtsam.JacobianFactor:
     """Gaussian factor ``0.5 ||sum_i blocks[i] @ x[keys[i]] - b||^2`` (already whitened).
 
     Parameters
@@ -55,7 +59,7 @@ def gaussian_factor(keys, blocks, b):
     return jf
 
 
-def hessian_factor(keys, blocks, b):
+def hessian_factor(keys: list, blocks: list, b: ArrayLike) -> gtsam.HessianFactor:
     """Exact HessianFactor of ``||sum_i A_i x_i - b||^2`` on any number (>= 3) of keys."""
     nk = len(keys)
     G = [[blocks[i].T @ blocks[j] for j in range(nk)] for i in range(nk)]

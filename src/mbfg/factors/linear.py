@@ -9,11 +9,16 @@ instead of ~40 for a CustomFactor (measured in docs/benchmarks.md, "Factor linea
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import gtsam
 import numpy as np
 
 from mbfg.factors.adapter import noise_model
 from mbfg.factors.gaussian import gaussian_factor
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 def _inv_sigmas(sigmas, dim):
@@ -23,7 +28,9 @@ def _inv_sigmas(sigmas, dim):
     return 1.0 / s
 
 
-def linear_factor(keys, blocks, b, sigmas) -> gtsam.LinearContainerFactor:
+def linear_factor(
+    keys: list, blocks: list, b: ArrayLike, sigmas: float
+) -> gtsam.LinearContainerFactor:
     """Native factor with residual ``e = sum_i blocks[i] @ x[keys[i]] - b`` and noise ``sigmas``.
 
     Parameters
@@ -42,7 +49,13 @@ def linear_factor(keys, blocks, b, sigmas) -> gtsam.LinearContainerFactor:
     return gtsam.LinearContainerFactor(factor, zero)
 
 
-def prior_factor(key, mean, sigmas=None, *, precisions=None) -> gtsam.PriorFactorVector:
+def prior_factor(
+    key: int,
+    mean: ArrayLike,
+    sigmas: ArrayLike | None = None,
+    *,
+    precisions: np.ndarray | None = None,
+) -> gtsam.PriorFactorVector:
     """f_prior (Eq. 21): e = x - x0 on a vector variable.
 
     Give ``sigmas`` (scalar or per component) or ``precisions`` (per component, 1/sigma^2;
@@ -60,20 +73,24 @@ def prior_factor(key, mean, sigmas=None, *, precisions=None) -> gtsam.PriorFacto
     return gtsam.PriorFactorVector(int(key), mean, noise)
 
 
-def euler_integrator_factor(x_k, x_next, xdot_k, dt: float, dim: int, sigmas):
+def euler_integrator_factor(
+    x_k: int, x_next: int, xdot_k: int, dt: float, dim: int, sigmas: float
+) -> gtsam.LinearContainerFactor:
     """f_ei (Eq. 22): e = x_{k+1} - x_k - dt xdot_k, all of dimension ``dim``; dt in s."""
     I = np.eye(dim)
     return linear_factor([x_k, x_next, xdot_k], [-I, I, -dt * I], np.zeros(dim), sigmas)
 
 
-def trapezoidal_integrator_factor(x_k, x_next, xdot_k, xdot_next, dt: float, dim: int, sigmas):
+def trapezoidal_integrator_factor(
+    x_k: int, x_next: int, xdot_k: int, xdot_next: int, dt: float, dim: int, sigmas: float
+) -> gtsam.LinearContainerFactor:
     """f_ti (Eq. 23): e = x_{k+1} - x_k - dt/2 (xdot_k + xdot_{k+1})."""
     I = np.eye(dim)
     return linear_factor([x_k, x_next, xdot_k, xdot_next], [-I, I, -0.5 * dt * I, -0.5 * dt * I],
                          np.zeros(dim), sigmas)
 
 
-def equality_factor(x_k, x_next, dim: int, sigmas):
+def equality_factor(x_k: int, x_next: int, dim: int, sigmas: float) -> gtsam.LinearContainerFactor:
     """f_eq: e = x_{k+1} - x_k, a weak tie between consecutive states (keeps the assembly
     branch in independent-coordinate graphs, Sect. 5.2)."""
     I = np.eye(dim)

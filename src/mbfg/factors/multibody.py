@@ -15,35 +15,58 @@ Each ``*_factor`` returns a :class:`~mbfg.factors.adapter.MultibodyFactor`; the 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mbfg.factors import residuals as R
 from mbfg.factors.adapter import FactorSpec, custom_factor
 from mbfg.factors.linear import prior_factor
 
+if TYPE_CHECKING:
+    import gtsam
+    from numpy.typing import ArrayLike
 
-def position_constraint_factor(mech, q_key, sigma=1e-6):
+    from mbfg.factors.adapter import MultibodyFactor
+    from mbfg.model.dynamics import Baumgarte
+    from mbfg.model.forces import ForceInput
+    from mbfg.model.mechanism import Mechanism
+
+
+def position_constraint_factor(mech: Mechanism, q_key: int, sigma: float = 1e-6) -> MultibodyFactor:
     """f_pc^d (Eq. 24): e = Phi(q_k) (m rows); variable q_k."""
     spec = FactorSpec("f_pc^d", R.position_constraints_residual(mech), [q_key], [mech.n], mech.m)
     return custom_factor(spec, sigma)
 
 
-def velocity_constraint_factor(mech, q_key, v_key, sigma=1e-6):
+def velocity_constraint_factor(
+    mech: Mechanism, q_key: int, v_key: int, sigma: float = 1e-6
+) -> MultibodyFactor:
     """f_vc^d (Eq. 25): e = Phi_q(q_k) qdot_k (m rows); variables q_k, qdot_k."""
     spec = FactorSpec("f_vc^d", R.velocity_constraints_residual(mech), [q_key, v_key],
                       [mech.n] * 2, mech.m)
     return custom_factor(spec, sigma)
 
 
-def acceleration_constraint_factor(mech, q_key, v_key, a_key, sigma=1e-6):
+def acceleration_constraint_factor(
+    mech: Mechanism, q_key: int, v_key: int, a_key: int, sigma: float = 1e-6
+) -> MultibodyFactor:
     """f_ac^d: e = dPhi_q/dt qdot_k + Phi_q qddot_k (m rows); variables q_k, qdot_k, qddot_k."""
     spec = FactorSpec("f_ac^d", R.acceleration_constraints_residual(mech), [q_key, v_key, a_key],
                       [mech.n] * 3, mech.m)
     return custom_factor(spec, sigma)
 
 
-def forward_dynamics_factor(mech, q_key, v_key, a_key, sigma=1e-3, *, forces=None,
-                            baumgarte=None):
+def forward_dynamics_factor(
+    mech: Mechanism,
+    q_key: int,
+    v_key: int,
+    a_key: int,
+    sigma: float = 1e-3,
+    *,
+    forces: ForceInput | None = None,
+    baumgarte: Baumgarte | None = None,
+) -> MultibodyFactor:
     """f_dyn^d (Eq. 26): e = qddot(q_k, qdot_k; Q) - qddot_k (n rows).
 
     ``forces``: known applied generalized forces (n,) (gravity is always included);
@@ -55,7 +78,16 @@ def forward_dynamics_factor(mech, q_key, v_key, a_key, sigma=1e-3, *, forces=Non
     return custom_factor(spec, sigma)
 
 
-def inverse_dynamics_factor(mech, q_key, v_key, a_key, Q_key, sigma=1e-3, *, baumgarte=None):
+def inverse_dynamics_factor(
+    mech: Mechanism,
+    q_key: int,
+    v_key: int,
+    a_key: int,
+    Q_key: int,
+    sigma: float = 1e-3,
+    *,
+    baumgarte: Baumgarte | None = None,
+) -> MultibodyFactor:
     """f_idyn^d (Eq. 28): e = qddot(q_k, qdot_k, Q_k) - qddot_k (n rows); variables q_k, qdot_k,
     qddot_k, Q_k.  Fix the non-actuated components of Q_k with :func:`unactuated_force_prior`
     (Sect. 5.3)."""
@@ -64,9 +96,20 @@ def inverse_dynamics_factor(mech, q_key, v_key, a_key, Q_key, sigma=1e-3, *, bau
     return custom_factor(spec, sigma)
 
 
-def inverse_dynamics_factors(mech, q_key, v_key, a_key, Q_key, actuated, sigma=1e-3, *,
-                             sigma_unactuated=1e-6, indices=None, zdd_key=None,
-                             baumgarte=None) -> list:
+def inverse_dynamics_factors(
+    mech: Mechanism,
+    q_key: int,
+    v_key: int,
+    a_key: int,
+    Q_key: int,
+    actuated: list,
+    sigma: float = 1e-3,
+    *,
+    sigma_unactuated: float = 1e-6,
+    indices: ArrayLike | None = None,
+    zdd_key: int | None = None,
+    baumgarte: Baumgarte | None = None,
+) -> list:
     """The inverse-dynamics factors of one step for a set of ``actuated`` coordinates (Sect.
     5.3): f_idyn^d (or f_idyn^i with ``indices`` and ``zdd_key``) plus the zero prior on the
     non-actuated components of Q_k.  Returns a list to add to a graph."""
@@ -83,7 +126,9 @@ def inverse_dynamics_factors(mech, q_key, v_key, a_key, Q_key, actuated, sigma=1
     return out
 
 
-def unactuated_force_prior(mech, Q_key, actuated, sigma=1e-6):
+def unactuated_force_prior(
+    mech: Mechanism, Q_key: int, actuated: ArrayLike, sigma: float = 1e-6
+) -> gtsam.PriorFactorVector:
     """Prior Q_k[j] = 0 for every non-actuated coordinate j (zero precision on the actuated
     ones, which the inverse-dynamics factor determines)."""
     act = np.zeros(mech.n, bool)
@@ -92,7 +137,9 @@ def unactuated_force_prior(mech, Q_key, actuated, sigma=1e-6):
     return prior_factor(Q_key, np.zeros(mech.n), precisions=precisions)
 
 
-def independent_position_factor(mech, q_key, z_key, indices, sigma=1e-6):
+def independent_position_factor(
+    mech: Mechanism, q_key: int, z_key: int, indices: tuple, sigma: float = 1e-6
+) -> MultibodyFactor:
     """f_pc^i (Eq. 30): e = [Phi(q_k); q_k[idx] - z_k] (m + d rows)."""
     d = len(indices)
     spec = FactorSpec("f_pc^i", R.independent_position_residual(mech, indices), [q_key, z_key],
@@ -100,7 +147,9 @@ def independent_position_factor(mech, q_key, z_key, indices, sigma=1e-6):
     return custom_factor(spec, sigma)
 
 
-def independent_velocity_factor(mech, q_key, v_key, zd_key, indices, sigma=1e-6):
+def independent_velocity_factor(
+    mech: Mechanism, q_key: int, v_key: int, zd_key: int, indices: tuple, sigma: float = 1e-6
+) -> MultibodyFactor:
     """f_vc^i (Eq. 31): e = [Phi_q(q_k) qdot_k; qdot_k[idx] - zdot_k] (m + d rows)."""
     d = len(indices)
     spec = FactorSpec("f_vc^i", R.independent_velocity_residual(mech, indices),
@@ -108,7 +157,15 @@ def independent_velocity_factor(mech, q_key, v_key, zd_key, indices, sigma=1e-6)
     return custom_factor(spec, sigma)
 
 
-def independent_acceleration_factor(mech, q_key, v_key, a_key, zdd_key, indices, sigma=1e-6):
+def independent_acceleration_factor(
+    mech: Mechanism,
+    q_key: int,
+    v_key: int,
+    a_key: int,
+    zdd_key: int,
+    indices: tuple,
+    sigma: float = 1e-6,
+) -> MultibodyFactor:
     """f_ac^i (Eq. 32): e = [dPhi_q/dt qdot_k + Phi_q qddot_k; qddot_k[idx] - zddot_k]."""
     d = len(indices)
     spec = FactorSpec("f_ac^i", R.independent_acceleration_residual(mech, indices),
@@ -116,8 +173,17 @@ def independent_acceleration_factor(mech, q_key, v_key, a_key, zdd_key, indices,
     return custom_factor(spec, sigma)
 
 
-def independent_forward_dynamics_factor(mech, q_key, v_key, zdd_key, indices, sigma=1e-3, *,
-                                        forces=None, baumgarte=None):
+def independent_forward_dynamics_factor(
+    mech: Mechanism,
+    q_key: int,
+    v_key: int,
+    zdd_key: int,
+    indices: tuple,
+    sigma: float = 1e-3,
+    *,
+    forces: ForceInput | None = None,
+    baumgarte: Baumgarte | None = None,
+) -> MultibodyFactor:
     """f_dyn^i (Eq. 27): e = zddot(q_k, qdot_k; Q) - zddot_k (d rows).
 
     The paper writes zddot(z, zdot); it is evaluated through the dependent q_k and qdot_k
@@ -130,8 +196,17 @@ def independent_forward_dynamics_factor(mech, q_key, v_key, zdd_key, indices, si
     return custom_factor(spec, sigma)
 
 
-def independent_inverse_dynamics_factor(mech, q_key, v_key, zdd_key, Q_key, indices,
-                                        sigma=1e-3, *, baumgarte=None):
+def independent_inverse_dynamics_factor(
+    mech: Mechanism,
+    q_key: int,
+    v_key: int,
+    zdd_key: int,
+    Q_key: int,
+    indices: tuple,
+    sigma: float = 1e-3,
+    *,
+    baumgarte: Baumgarte | None = None,
+) -> MultibodyFactor:
     """f_idyn^i (Eq. 29): e = zddot(q_k, qdot_k, Q_k) - zddot_k (d rows); variables q_k,
     qdot_k, zddot_k, Q_k."""
     d = len(indices)

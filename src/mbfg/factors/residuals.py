@@ -11,10 +11,21 @@ every slot it reads (exact, analytic).  ``f.slots`` lists those slots in factor-
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.dynamics import Baumgarte
+    from mbfg.model.forces import ForceInput
+    from mbfg.model.mechanism import Mechanism
 
 
 def _slots(*names):
@@ -47,7 +58,7 @@ def _selection(n, idx):
     return S
 
 
-def position_constraints_residual(mech):
+def position_constraints_residual(mech: Mechanism) -> Callable:
     """f_pc^d (Eq. 24): e = Phi(q), de/dq = Phi_q (m rows)."""
     @_slots("q")
     def f(p, jacobians=True):
@@ -56,7 +67,7 @@ def position_constraints_residual(mech):
     return f
 
 
-def velocity_constraints_residual(mech):
+def velocity_constraints_residual(mech: Mechanism) -> Callable:
     """f_vc^d (Eq. 25): e = Phi_q(q) v; de/dq = (Phi_q v)_q = dPhi_q/dt, de/dv = Phi_q."""
     @_slots("q", "v")
     def f(p, jacobians=True):
@@ -67,7 +78,7 @@ def velocity_constraints_residual(mech):
     return f
 
 
-def acceleration_constraints_residual(mech):
+def acceleration_constraints_residual(mech: Mechanism) -> Callable:
     """f_ac^d: e = dPhi_q/dt v + Phi_q a (the nonlinear rows of Eq. 32)."""
     @_slots("q", "v", "a")
     def f(p, jacobians=True):
@@ -82,8 +93,16 @@ def acceleration_constraints_residual(mech):
     return f
 
 
-def dynamics_residual(mech, *, forces=None, force_slot=None, accel_slot="a", indices=None,
-                      baumgarte=None, force_indices=None):
+def dynamics_residual(
+    mech: Mechanism,
+    *,
+    forces: ForceInput | None = None,
+    force_slot: str | None = None,
+    accel_slot: str = "a",
+    indices: ArrayLike | None = None,
+    baumgarte: Baumgarte | None = None,
+    force_indices: tuple | None = None,
+) -> Callable:
     """Dynamics factors.
 
     * f_dyn^d (Eq. 26): e = qddot(q, v, Q) - a, Q known (``forces``);
@@ -149,17 +168,17 @@ def _with_selection(mech, base, dep_slot, ind_slot, indices):
     return f
 
 
-def independent_position_residual(mech, indices):
+def independent_position_residual(mech: Mechanism, indices: tuple) -> Callable:
     """f_pc^i (Eq. 30): e = [Phi(q); q[idx] - z]  ((m + d) rows; slots q, z)."""
     return _with_selection(mech, position_constraints_residual(mech), "q", "z", indices)
 
 
-def independent_velocity_residual(mech, indices):
+def independent_velocity_residual(mech: Mechanism, indices: tuple) -> Callable:
     """f_vc^i (Eq. 31): e = [Phi_q(q) v; v[idx] - zd]  (slots q, v, zd)."""
     return _with_selection(mech, velocity_constraints_residual(mech), "v", "zd", indices)
 
 
-def independent_acceleration_residual(mech, indices):
+def independent_acceleration_residual(mech: Mechanism, indices: tuple) -> Callable:
     """f_ac^i (Eq. 32): e = [dPhi_q/dt v + Phi_q a; a[idx] - zdd]  (slots q, v, a, zdd).
 
     (The paper's Eq. 32a prints Phi_qq a in the first row; the acceleration constraint is

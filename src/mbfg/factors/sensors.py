@@ -10,10 +10,21 @@ distances; ``q, v`` for gyroscopes; ``q, a`` for accelerometers.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mbfg.factors.adapter import FactorSpec, custom_factor
 from mbfg.model.sensors import wrap_angle
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.factors.adapter import MultibodyFactor
+    from mbfg.model.mechanism import Mechanism
+    from mbfg.model.sensors import Sensor
 
 __all__ = ["observation_residual", "observation_spec", "observation_factor"]
 
@@ -21,7 +32,7 @@ _ALIASES = {"q": "q", "v": "v", "a": "a", "qd": "v", "qdot": "v", "qdd": "a", "q
 _ARG = {"q": 0, "v": 1, "a": 2}
 
 
-def observation_residual(mech, sensor, reading):
+def observation_residual(mech: Mechanism, sensor: Sensor, reading: ArrayLike) -> Callable:
     """Residual family ``f(p, jacobians) -> e (T, k), {slot: (T, k, n)}`` of one sensor.
 
     ``reading`` is (k,) (the same reading at every row) or (T, k); ``f.slots`` is
@@ -61,7 +72,9 @@ def _slot_keys(sensor, keys):
     return [norm[s] for s in sensor.slots]
 
 
-def observation_spec(mech, sensor, reading, keys) -> FactorSpec:
+def observation_spec(
+    mech: Mechanism, sensor: Sensor, reading: np.ndarray, keys: dict
+) -> FactorSpec:
     """The :class:`~mbfg.factors.adapter.FactorSpec` of :func:`observation_factor` (no gtsam)."""
     sensor.validate(mech)
     reading = np.asarray(reading, float)
@@ -72,7 +85,9 @@ def observation_spec(mech, sensor, reading, keys) -> FactorSpec:
                       _slot_keys(sensor, keys), [mech.n] * len(sensor.slots), sensor.dim)
 
 
-def observation_factor(mech, sensor, reading, keys, sigma=None):
+def observation_factor(
+    mech: Mechanism, sensor: Sensor, reading: ArrayLike, keys: dict, sigma: list | None = None
+) -> MultibodyFactor:
     """Observation factor e = h(x_k) - z_k of one reading of ``sensor``.
 
     Parameters

@@ -7,9 +7,15 @@ linearize and eliminate them.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mbfg.factors.gaussian import unit_noise
+
+if TYPE_CHECKING:
+    import gtsam
+    from numpy.typing import ArrayLike
 
 __all__ = ["BatchTerm", "add_blocks", "block"]
 
@@ -29,17 +35,17 @@ class BatchTerm:
 
     arity = 1
 
-    def blocks(self, X):
+    def blocks(self, X: ArrayLike) -> tuple[np.ndarray, list, np.ndarray]:
         raise NotImplementedError
 
-    def error(self, X) -> float:
+    def error(self, X: ArrayLike) -> float:
         raise NotImplementedError
 
-    def linearize(self, X, keys, out) -> float:
+    def linearize(self, X: ArrayLike, keys: list, out: gtsam.GaussianFactorGraph) -> float:
         return add_blocks(self.blocks(X), keys, out)
 
 
-def add_blocks(blocks, keys, out) -> float:
+def add_blocks(blocks: tuple, keys: list, out: gtsam.GaussianFactorGraph) -> float:
     """Append the factors of ``blocks`` (see :meth:`BatchTerm.blocks`) to ``out``; returns
     their error."""
     rows, A, e = blocks
@@ -56,6 +62,6 @@ def add_blocks(blocks, keys, out) -> float:
     return 0.5 * float(np.sum(e * e))
 
 
-def block(A, t):
+def block(A: ArrayLike, t: int) -> np.ndarray:
     """Factor t's block of a (T, r, dim) or shared (1, r, dim) block array."""
     return A[t] if A.shape[0] > 1 else A[0]

@@ -6,6 +6,7 @@ the noise model).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,12 @@ from mbfg.graphs import terms as T
 from mbfg.graphs.forward import LeastSquaresProblem, LeastSquaresSettings
 from mbfg.graphs.layout import StepLayout
 from mbfg.model.sensors import readings_on_grid
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.graphs.linear_blocks import BinaryLinear
+    from mbfg.graphs.terms import StackedTerm
 
 __all__ = ["EstimatorSettings", "ONLINE_FORCE_SETTINGS", "ObservedProblem"]
 
@@ -74,7 +81,7 @@ class EstimatorSettings:
     max_iterations: int = 50
     relative_tolerance: float = 1e-3
 
-    def forward_settings(self, dt) -> LeastSquaresSettings:
+    def forward_settings(self, dt: float) -> LeastSquaresSettings:
         return LeastSquaresSettings(dt=float(dt), integrator="trapezoidal",
                                sigma_integrator=self.sigma_integrator,
                                sigma_dynamics=self.sigma_dynamics,
@@ -148,7 +155,7 @@ class ObservedProblem(LeastSquaresProblem):
         self._z = [z for z, _ in grid]
         self._has = [has for _, has in grid]
 
-    def initial_priors(self, q_start, v_start, row: int = 0) -> list:
+    def initial_priors(self, q_start: ArrayLike, v_start: ArrayLike, row: int = 0) -> list:
         lay, e, n = self.layout, self.est, self.mech.n
         sq = np.broadcast_to(np.asarray(e.sigma_q0, float), (n,)).copy()
         sv = np.broadcast_to(np.asarray(e.sigma_v0, float), (n,)).copy()
@@ -160,7 +167,7 @@ class ObservedProblem(LeastSquaresProblem):
             out.append(L.prior(lay, row, "Q", np.zeros(len(self.force_indices)), e.sigma_force0))
         return out
 
-    def link_term(self, rows0):
+    def link_term(self, rows0: ArrayLike) -> BinaryLinear:
         if not self.force_indices:
             return super().link_term(rows0)
         s = self.settings
@@ -168,10 +175,10 @@ class ObservedProblem(LeastSquaresProblem):
                             s.sigma_integrator, scheme=s.integrator, equalities=["Q"],
                             sigma_equality=self.est.sigma_force_walk)
 
-    def pack(self, q, v, a):
+    def pack(self, q: ArrayLike, v: ArrayLike, a: ArrayLike) -> np.ndarray:
         return super().pack(q, v, a)  # the force slot (if any) starts at zero
 
-    def nonlinear_term(self, steps, rows):
+    def nonlinear_term(self, steps: ArrayLike, rows: ArrayLike) -> StackedTerm:
         if self.force_indices or self.noise_indices:
             s, mech = self.settings, self.mech
             families = [(T.position_constraints_residual(mech), s.sigma_constraints),

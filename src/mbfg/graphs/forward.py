@@ -22,6 +22,7 @@ coordinate next to every constraint level, balanced by sigmas); state estimation
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +34,14 @@ from mbfg.model.dynamics import forward_dynamics
 from mbfg.model.forces import forces_at
 from mbfg.model.partition import best_coordinates, partition_along
 from mbfg.model.scales import mechanism_scales
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.graphs.linear_blocks import BinaryLinear, UnaryLinear
+    from mbfg.graphs.terms import StackedTerm
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,7 @@ class ForwardProblem(_AppliedForces):
                                           for nm, sz in self.layout.slots])
 
     # ------------------------------------------------------------------ terms
-    def initial_priors(self, q_start, v_start, row: int = 0) -> list:
+    def initial_priors(self, q_start: ArrayLike, v_start: ArrayLike, row: int = 0) -> list:
         """Priors holding the step at ``row`` at (q_start, v_start): dependent q and v;
         independent z, zd and an approximate q (the paper's weak prior that picks the branch)."""
         lay, sig = self.layout, self.sigmas
@@ -148,7 +157,7 @@ class ForwardProblem(_AppliedForces):
                 L.prior(lay, row, "zd", v_start[idx], sig["v"][idx]),
                 L.prior(lay, row, "q", q_start, self.settings.prior_q_approx * sig["q"])]
 
-    def link_plan(self, x, previous=None) -> np.ndarray:
+    def link_plan(self, x: ArrayLike, previous: np.ndarray | None = None) -> np.ndarray:
         """How the links ending at the step vectors x (T, dim) integrate: (T, d + 1) ints, the
         integrated components of the position/velocity/acceleration slots (dependent: the
         coordinates chosen by partitioning with hysteresis, starting from ``previous``, a row
@@ -171,7 +180,13 @@ class ForwardProblem(_AppliedForces):
         energy = (speed >= self.settings.energy_speed) & (self.settings.integrator == "trapezoidal")
         return np.column_stack([idx, energy.astype(int)])
 
-    def window_terms(self, steps, plan=None, *, incoming=None) -> list:
+    def window_terms(
+        self,
+        steps: ArrayLike,
+        plan: np.ndarray | None = None,
+        *,
+        incoming: np.ndarray | None = None,
+    ) -> list:
         """Every factor of the rows 0 .. len(steps) - 1 (holding ``steps``) except the
         initial priors.  ``plan`` (len(steps) - 1, d + 1): how each link integrates
         (:meth:`link_plan`).  ``incoming``: the plan row of the link into row 0 when a
@@ -229,23 +244,25 @@ class ForwardProblem(_AppliedForces):
         terms.append(T.StackedTerm(lay, rows, fams))
         return terms
 
-    def terms(self, steps, q_start, v_start, plan=None) -> list:
+    def terms(
+        self, steps: ArrayLike, q_start: ArrayLike, v_start: ArrayLike, plan: np.ndarray | None = None
+    ) -> list:
         """Every factor of a contiguous range of steps, rows 0 .. len(steps) - 1, with the
         initial priors on row 0."""
         return self.initial_priors(q_start, v_start) + self.window_terms(steps, plan)
 
-    def best_indices(self, q):
+    def best_indices(self, q: ArrayLike) -> tuple:
         """(best independent coordinates at q, their quality, quality of the current ones)."""
         from mbfg.model.partition import coordinate_quality
         c = self.scales.coordinates
         best, qb = best_coordinates(self.mech, q, c)
         return best, qb, float(coordinate_quality(self.mech, q, self.indices, c))
 
-    def with_indices(self, indices) -> "ForwardProblem":
+    def with_indices(self, indices: ArrayLike) -> "ForwardProblem":
         """The same problem in other independent coordinates (independent layout only)."""
         return ForwardProblem(self.mech, self.settings, "independent", indices, self.forces)
 
-    def pack(self, q, v, a):
+    def pack(self, q: ArrayLike, v: ArrayLike, a: ArrayLike) -> np.ndarray:
         """Step vector (or vectors) from q, v, a (alpha = 0)."""
         parts = dict(q=q, v=v, a=a)
         if self.coords == "independent":
@@ -322,7 +339,7 @@ class LeastSquaresProblem(_AppliedForces):
             raise ValueError(f"coords must be 'dependent' or 'independent', got {coords!r}")
         self.forces = forces
 
-    def terms(self, steps, q_start, v_start):
+    def terms(self, steps: ArrayLike, q_start: ArrayLike, v_start: ArrayLike) -> list:
         """Every factor of a contiguous range of steps, as batch terms over the step array X
         whose row i is step ``steps[i]``; initial priors hold step ``steps[0]`` at
         (q_start, v_start)."""
@@ -331,7 +348,7 @@ class LeastSquaresProblem(_AppliedForces):
         return (self.initial_priors(q_start, v_start) + self.linear_terms(rows)
                 + [self.nonlinear_term(steps, rows)])
 
-    def initial_priors(self, q_start, v_start, row: int = 0) -> list:
+    def initial_priors(self, q_start: ArrayLike, v_start: ArrayLike, row: int = 0) -> list:
         """Priors on the first step (dependent: q, v; independent: z, zd and an approximate
         q), as linear terms on row ``row``."""
         s, lay = self.settings, self.layout
@@ -343,7 +360,7 @@ class LeastSquaresProblem(_AppliedForces):
                 L.prior(lay, row, "zd", np.asarray(v_start)[idx], s.sigma_prior),
                 L.prior(lay, row, "q", q_start, s.sigma_prior_q_approx)]
 
-    def selection_term(self, rows):
+    def selection_term(self, rows: ArrayLike) -> UnaryLinear | None:
         """Independent coordinates only: the linear rows q[idx] - z, v[idx] - zd,
         a[idx] - zdd of the steps at ``rows`` (None in dependent coordinates)."""
         if self.coords == "dependent":
@@ -352,7 +369,7 @@ class LeastSquaresProblem(_AppliedForces):
         return L.selections(self.layout, rows, [("q", "z"), ("v", "zd"), ("a", "zdd")],
                             list(self.indices), s.sigma_constraints)
 
-    def link_term(self, rows0):
+    def link_term(self, rows0: ArrayLike) -> BinaryLinear:
         """All linear factors between steps ``rows0[i]`` and ``rows0[i] + 1`` (integrators,
         and f_eq on q in independent coordinates)."""
         s, lay = self.settings, self.layout
@@ -363,7 +380,7 @@ class LeastSquaresProblem(_AppliedForces):
                             s.sigma_integrator, scheme=s.integrator,
                             equalities=["q"], sigma_equality=s.sigma_equality)
 
-    def linear_terms(self, rows) -> list:
+    def linear_terms(self, rows: ArrayLike) -> list:
         """The linear factors of the steps at ``rows`` (contiguous) apart from priors: the
         selection rows (independent) and the links between consecutive rows."""
         rows = np.asarray(rows, int)
@@ -375,7 +392,7 @@ class LeastSquaresProblem(_AppliedForces):
             out.append(self.link_term(rows[:-1]))
         return out
 
-    def nonlinear_term(self, steps, rows):
+    def nonlinear_term(self, steps: ArrayLike, rows: ArrayLike) -> StackedTerm:
         s, mech = self.settings, self.mech
         forces = self.applied_forces(steps)
         fams = [(T.position_constraints_residual(mech), s.sigma_constraints),
@@ -392,15 +409,15 @@ class LeastSquaresProblem(_AppliedForces):
 
     step_scale = None  # over-determined: convergence is judged by the error decrease
 
-    def window_terms(self, steps, plan=None, *, incoming=None) -> list:
+    def window_terms(self, steps: ArrayLike, plan: Any = None, *, incoming: Any = None) -> list:
         """Every factor of the window rows 0 .. len(steps) - 1 apart from its prior."""
         rows = np.arange(len(steps))
         return self.linear_terms(rows) + [self.nonlinear_term(steps, rows)]
 
-    def link_plan(self, x, previous=None):
+    def link_plan(self, x: ArrayLike, previous: Any = None) -> None:
         return None
 
-    def with_indices(self, indices) -> "LeastSquaresProblem":
+    def with_indices(self, indices: ArrayLike) -> "LeastSquaresProblem":
         """The same problem in other independent coordinates (independent layout only)."""
         return type(self)(self.mech, self.settings, "independent", indices, self.forces)
 

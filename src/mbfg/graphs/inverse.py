@@ -21,12 +21,16 @@ measurably biasing the solution (their weight is ~1e-12 of the integrators').
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mbfg.graphs import linear_blocks as L
 from mbfg.graphs import terms as T
 from mbfg.graphs.layout import StepLayout
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class InverseProblem:
             slots.append(("Q", len(self.actuated)))
         return StepLayout(tuple(slots))
 
-    def terms(self, stage: int, desired, hints=None):
+    def terms(self, stage: int, desired: ArrayLike, hints: dict | None = None) -> tuple:
         """(layout, terms) of ``stage`` for the prescribed values ``desired`` (N, len(imposed)).
 
         ``hints``: dict with "v" and "a" (N, n) finite-difference estimates (stages >= 2)."""

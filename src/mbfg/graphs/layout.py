@@ -11,9 +11,13 @@ unary factor on ``x_k`` and all integrators of a step are one binary factor on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import gtsam
 import numpy as np
+
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class StepLayout:
     def key(self, k: int) -> int:
         return gtsam.symbol(self.char, int(k))
 
-    def keys(self, steps) -> list:
+    def keys(self, steps: range | np.ndarray) -> list:
         return [gtsam.symbol(self.char, int(k)) for k in steps]
 
     def selector(self, name: str) -> np.ndarray:
@@ -70,7 +74,7 @@ class StepLayout:
         S[:, self.slice(name)] = np.eye(self.size(name))
         return S
 
-    def pack(self, **parts) -> np.ndarray:
+    def pack(self, **parts: Any) -> np.ndarray:
         """Step vector from slot values given by name (missing slots are zero)."""
         x = np.zeros(self.dim)
         for name, val in parts.items():

@@ -7,9 +7,16 @@ is added natively with ``GaussianFactorGraph.add``.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mbfg.graphs.batch_term import BatchTerm
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.graphs.layout import StepLayout
 
 
 def _weights(sigma, d):
@@ -24,14 +31,14 @@ class UnaryLinear(BatchTerm):
         self.A = np.ascontiguousarray(A, float)
         self.b = np.asarray(b, float)
 
-    def residual(self, X):
+    def residual(self, X: ArrayLike) -> np.ndarray:
         return X[self.rows] @ self.A.T - self.b
 
-    def error(self, X) -> float:
+    def error(self, X: ArrayLike) -> float:
         e = self.residual(X)
         return 0.5 * float(np.sum(e * e))
 
-    def blocks(self, X):
+    def blocks(self, X: ArrayLike) -> tuple:
         e = self.residual(X)
         return self.rows[:, None], [self.A[None]], e
 
@@ -47,19 +54,21 @@ class BinaryLinear(BatchTerm):
         self.A0 = np.ascontiguousarray(A0, float)
         self.A1 = np.ascontiguousarray(A1, float)
 
-    def residual(self, X):
+    def residual(self, X: ArrayLike) -> np.ndarray:
         return X[self.rows0] @ self.A0.T + X[self.rows1] @ self.A1.T
 
-    def error(self, X) -> float:
+    def error(self, X: ArrayLike) -> float:
         e = self.residual(X)
         return 0.5 * float(np.sum(e * e))
 
-    def blocks(self, X):
+    def blocks(self, X: ArrayLike) -> tuple:
         e = self.residual(X)
         return np.stack([self.rows0, self.rows1], axis=1), [self.A0[None], self.A1[None]], e
 
 
-def prior(layout, row: int, slot: str, mean, sigma) -> UnaryLinear:
+def prior(
+    layout: StepLayout, row: int, slot: str, mean: ArrayLike, sigma: ArrayLike
+) -> UnaryLinear:
     """f_prior (Eq. 21) on one slot of the step at ``row``: e = x_slot - mean.  ``sigma``
     scalar or per component (``np.inf`` leaves a component unconstrained)."""
     mean = np.asarray(mean, float)
@@ -67,8 +76,17 @@ def prior(layout, row: int, slot: str, mean, sigma) -> UnaryLinear:
     return UnaryLinear([row], w[:, None] * layout.selector(slot), w * mean)
 
 
-def step_links(layout, rows, dt: float, integrators, sigma_integrator, *, scheme="trapezoidal",
-               equalities=(), sigma_equality=1.0) -> BinaryLinear:
+def step_links(
+    layout: StepLayout,
+    rows: ArrayLike,
+    dt: float,
+    integrators: list,
+    sigma_integrator: float,
+    *,
+    scheme: str = "trapezoidal",
+    equalities: list | tuple = (),
+    sigma_equality: float = 1.0,
+) -> BinaryLinear:
     """All linear factors between consecutive steps ``rows[i]`` and ``rows[i] + 1``.
 
     integrators : sequence of (x_slot, xdot_slot) pairs
@@ -99,7 +117,9 @@ def step_links(layout, rows, dt: float, integrators, sigma_integrator, *, scheme
     return BinaryLinear(rows, rows + 1, w * np.vstack(rows0), w * np.vstack(rows1))
 
 
-def selections(layout, rows, pairs, indices, sigma) -> UnaryLinear:
+def selections(
+    layout: StepLayout, rows: ArrayLike, pairs: list, indices: ArrayLike, sigma: ArrayLike
+) -> UnaryLinear:
     """Linear rows x_slot[indices] - z_slot of Eqs. 30-32 for (x_slot, z_slot) pairs."""
     idx = np.asarray(indices, int)
     A = np.vstack([layout.selector(xs)[idx] - layout.selector(zs) for xs, zs in pairs])

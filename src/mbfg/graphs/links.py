@@ -23,9 +23,14 @@ they are dimensionless (:mod:`mbfg.model.scales`).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mbfg.graphs.batch_term import BatchTerm
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 class IntegratorLinks(BatchTerm):
@@ -121,14 +126,14 @@ class IntegratorLinks(BatchTerm):
                 A1[:, 2 * d, lay.slice("v")] = Mv1 - fw
         return e, A0, A1
 
-    def blocks(self, X):
+    def blocks(self, X: ArrayLike) -> tuple:
         e, A0, A1 = self._linearization(X)
         w = self.weights
         A0 *= w[:, :, None]
         A1 *= w[:, :, None]
         return np.stack([self.rows0, self.rows0 + 1], axis=1), [A0, A1], e * w
 
-    def error(self, X) -> float:
+    def error(self, X: ArrayLike) -> float:
         e = self._linearization(X, jacobians=False)[0] * self.weights
         return 0.5 * float(np.sum(e * e))
 

@@ -11,9 +11,14 @@ Residual functions take a dict of slot arrays ``{"q": (T, n), "v": (T, n), ...}`
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mbfg.graphs.batch_term import BatchTerm
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 class StackedTerm(BatchTerm):
@@ -39,7 +44,7 @@ class StackedTerm(BatchTerm):
                 for (_, s), e in zip(self.residuals, es)])
         return self.inv_sigma
 
-    def residual(self, Xs, jacobians=True):
+    def residual(self, Xs: ArrayLike, jacobians: bool = True) -> tuple:
         """Stacked unwhitened residuals (T, r) and Jacobians (T, r, dim) of step vectors Xs."""
         parts = self.layout.unpack(Xs)
         es, As = [], []
@@ -56,12 +61,12 @@ class StackedTerm(BatchTerm):
         e = np.concatenate(es, axis=1)
         return e, (np.concatenate(As, axis=1) if jacobians else None)
 
-    def error(self, X) -> float:
+    def error(self, X: ArrayLike) -> float:
         e, _ = self.residual(X[self.rows], jacobians=False)
         w = e * self.inv_sigma
         return 0.5 * float(np.sum(w * w))
 
-    def blocks(self, X):
+    def blocks(self, X: ArrayLike) -> tuple:
         e, A = self.residual(X[self.rows], jacobians=True)
         w = self.inv_sigma
         A *= w[None, :, None]

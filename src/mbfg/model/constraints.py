@@ -31,7 +31,14 @@ d(dPhi_q/dt qdot)/dqdot = 2 dPhi_q/dt; d(Phi_q qddot)/dq = Phi_qq qddot.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
 
 
 def _flat(mech, x):
@@ -77,7 +84,7 @@ def _angle_hessian_slots(mech):
     return mask, rows, cols, mech.angle_coords[rows - mech.m_quadratic]
 
 
-def position_constraints(mech, q):
+def position_constraints(mech: Mechanism, q: ArrayLike) -> np.ndarray:
     """Phi(q), Eq. (1) / (24a).  Shape (..., m)."""
     q2, lead = _flat(mech, q)
     out = np.empty((q2.shape[0], mech.m))
@@ -92,7 +99,7 @@ def position_constraints(mech, q):
     return out.reshape(lead + (mech.m,))
 
 
-def constraint_jacobian(mech, q):
+def constraint_jacobian(mech: Mechanism, q: ArrayLike) -> np.ndarray:
     """Phi_q(q), Eq. (24d).  Shape (..., m, n)."""
     q2, lead = _flat(mech, q)
     out = np.zeros((q2.shape[0], mech.m, mech.n))
@@ -114,7 +121,7 @@ def _angle_w(mech, s, c):
     return D[:, 0] * c[..., None] + D[:, 1] * s[..., None]
 
 
-def hessian_times(mech, q, v):
+def hessian_times(mech: Mechanism, q: ArrayLike, v: ArrayLike) -> np.ndarray:
     """Phi_qq(q) v: row k is (Hessian of Phi_k) @ v.  Shape (..., m, n).
 
     Equals d(Phi_q v)/dq for a constant v; with v = qdot it is dPhi_q/dt (Eq. 40a)."""
@@ -134,12 +141,12 @@ def hessian_times(mech, q, v):
     return out.reshape(lead + (mech.m, mech.n))
 
 
-def constraint_jacobian_dot(mech, q, qd):
+def constraint_jacobian_dot(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """dPhi_q/dt = Phi_qq qdot (Eq. 40a).  Shape (..., m, n)."""
     return hessian_times(mech, q, qd)
 
 
-def constraint_hessian(mech, q):
+def constraint_hessian(mech: Mechanism, q: ArrayLike) -> np.ndarray:
     """Full Hessian tensor Phi_qq(q), shape (..., m, n, n) (mainly for tests and analysis; the
     other kernels never form it)."""
     q2, lead = _flat(mech, q)
@@ -156,7 +163,7 @@ def constraint_hessian(mech, q):
     return out.reshape(lead + (mech.m, mech.n, mech.n))
 
 
-def hessian_weighted_sum(mech, q, lam):
+def hessian_weighted_sum(mech: Mechanism, q: ArrayLike, lam: ArrayLike) -> np.ndarray:
     """sum_k lam_k Phi_qq,k(q): the constraint-force term d(Phi_q^T lam)/dq, shape (..., n, n).
 
     Never forms the (m, n, n) Hessian tensor: the weighted entries of the quadratic rows'
@@ -182,17 +189,19 @@ def hessian_weighted_sum(mech, q, lam):
     return out.reshape(lead + (n, n))
 
 
-def velocity_constraints(mech, q, qd):
+def velocity_constraints(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """Phi_q(q) qdot, Eq. (25a).  Shape (..., m)."""
     return np.einsum("...kn,...n->...k", constraint_jacobian(mech, q), qd)
 
 
-def acceleration_bias(mech, q, qd):
+def acceleration_bias(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """dPhi_q/dt qdot = qdot^T Phi_qq qdot; the acceleration right-hand side is c = -this (Eq. 3)."""
     return np.einsum("...kn,...n->...k", hessian_times(mech, q, qd), qd)
 
 
-def acceleration_bias_jacobian(mech, q, qd, J=None):
+def acceleration_bias_jacobian(
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, J: ArrayLike | None = None
+) -> np.ndarray:
     """d(dPhi_q/dt qdot)/dq, shape (..., m, n).  Zero for the quadratic rows.
 
     ``J``: Phi_q(q) if already computed."""
@@ -211,7 +220,9 @@ def acceleration_bias_jacobian(mech, q, qd, J=None):
     return out.reshape(lead + (mech.m, mech.n))
 
 
-def acceleration_constraints(mech, q, qd, qdd):
+def acceleration_constraints(
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike
+) -> np.ndarray:
     """dPhi_q/dt qdot + Phi_q qddot (the acceleration-level constraint, Eq. 32a top)."""
     return acceleration_bias(mech, q, qd) + velocity_constraints(mech, q, qdd)
 
@@ -226,7 +237,7 @@ singular value of their Jacobian is at least this fraction of the r-th singular 
 full Phi_q; otherwise the rows are re-chosen by pivoted QR at that state."""
 
 
-def independent_rows(mech, q, J=None) -> np.ndarray:
+def independent_rows(mech: Mechanism, q: ArrayLike, J: ArrayLike | None = None) -> np.ndarray:
     """Indices of r independent rows of Phi_q: (r,) when one set serves every state of ``q``
     (the usual case), else per state, shape ``q.shape[:-1] + (r,)``.
 
@@ -258,7 +269,7 @@ def independent_rows(mech, q, J=None) -> np.ndarray:
     return flat.reshape(q.shape[:-1] + (r,))
 
 
-def take_rows(a, rows, trailing: int = 0):
+def take_rows(a: ArrayLike, rows: ArrayLike, trailing: int = 0) -> np.ndarray:
     """Select constraint rows ``rows`` (..., r) from ``a`` of shape (..., m, *trailing dims)."""
     a = np.asarray(a)
     if rows.shape[-1] == a.shape[-1 - trailing]:  # every row (rows are sorted)

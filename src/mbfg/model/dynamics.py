@@ -25,11 +25,17 @@ identically B qddot, so its Jacobians are B times the dependent ones.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mbfg.model import constraints as C
 from mbfg.model.kinematics import selection_matrix, velocity_sensitivity, velocity_transform
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
 
 
 @dataclass(frozen=True)
@@ -86,8 +92,17 @@ def _rhs_c(mech, q, qd, baumgarte, rows=None, Jall=None, Jdot=None):
     return rows, J, c
 
 
-def forward_dynamics(mech, q, qd, Q=None, *, baumgarte: Baumgarte | None = None,
-                     return_multipliers: bool = False, J=None, Jdot=None):
+def forward_dynamics(
+    mech: Mechanism,
+    q: ArrayLike,
+    qd: ArrayLike,
+    Q: ArrayLike | None = None,
+    *,
+    baumgarte: Baumgarte | None = None,
+    return_multipliers: bool = False,
+    J: ArrayLike | None = None,
+    Jdot: ArrayLike | None = None,
+) -> np.ndarray:
     """Accelerations qddot(q, qdot, Q) in dependent coordinates, Eq. (5)-(6).
 
     Parameters
@@ -126,8 +141,16 @@ def _scatter_multipliers(mech, rows, lam_r):
     return lam
 
 
-def forward_dynamics_jacobians(mech, q, qd, Q=None, *, baumgarte: Baumgarte | None = None,
-                               J=None, Jdot=None) -> DynamicsJacobians:
+def forward_dynamics_jacobians(
+    mech: Mechanism,
+    q: ArrayLike,
+    qd: ArrayLike,
+    Q: ArrayLike | None = None,
+    *,
+    baumgarte: Baumgarte | None = None,
+    J: ArrayLike | None = None,
+    Jdot: ArrayLike | None = None,
+) -> DynamicsJacobians:
     """qddot and its exact Jacobians d qddot/dq, d qddot/dqdot, d qddot/dQ (Eqs. 26d, 28d-g).
 
     Vectorized over leading axes of q, qd, Q.  ``J`` = Phi_q(q) and ``Jdot`` = dPhi_q/dt(q, qd)
@@ -178,7 +201,9 @@ def _reduced(mech, R, S, c, Q, lead, solve=True):
     return Mbar, np.linalg.solve(Mbar, Qbar[..., None])[..., 0]
 
 
-def independent_dynamics(mech, q, qd, indices, Q=None) -> np.ndarray:
+def independent_dynamics(
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, indices: tuple, Q: ArrayLike | None = None
+) -> np.ndarray:
     """zddot of Eq. (15): (R^T M R)^-1 R^T (Q_g + Q - M S c), shape (..., d).
 
     ``indices`` are the independent coordinates (z = q[indices])."""
@@ -207,7 +232,7 @@ class IndependentState:
     Mbar: np.ndarray
     rows: np.ndarray
 
-    def select(self, which) -> "IndependentState":
+    def select(self, which: ArrayLike) -> "IndependentState":
         """The states ``which`` (an index array or mask over N)."""
         rows = self.rows if self.rows.ndim == 1 else self.rows[which]
         return IndependentState(self.q[which], self.qd[which], self.qdd[which],
@@ -215,7 +240,14 @@ class IndependentState:
                                 self.Mbar[which], rows)
 
 
-def independent_state(mech, q, indices, zd, Q=None, zdd=None) -> IndependentState:
+def independent_state(
+    mech: Mechanism,
+    q: ArrayLike,
+    indices: ArrayLike,
+    zd: ArrayLike,
+    Q: ArrayLike | None = None,
+    zdd: ArrayLike | None = None,
+) -> IndependentState:
     """Velocities and accelerations of assembled configurations from independent rates.
 
     qdot = R zdot (Eq. 11), zddot from the dynamics (Eq. 15) with the applied forces ``Q``
@@ -252,8 +284,14 @@ class ManifoldJacobians:
     dqdd_dzd: np.ndarray | None
 
 
-def manifold_jacobians(mech, state: IndependentState, Q=None, k: int = 0, *,
-                       accelerations: bool = True) -> ManifoldJacobians:
+def manifold_jacobians(
+    mech: Mechanism,
+    state: IndependentState,
+    Q: ArrayLike | None = None,
+    k: int = 0,
+    *,
+    accelerations: bool = True,
+) -> ManifoldJacobians:
     """Derivatives of state ``k`` of ``state`` with respect to (z, zdot).
 
     dqdot/dz from :func:`mbfg.model.kinematics.velocity_sensitivity`; with
@@ -269,7 +307,9 @@ def manifold_jacobians(mech, state: IndependentState, Q=None, k: int = 0, *,
     return ManifoldJacobians(dqd_dz, dj.d_q @ R + dj.d_qd @ dqd_dz, dj.d_qd @ R)
 
 
-def independent_dynamics_jacobians(mech, q, qd, indices, Q=None) -> DynamicsJacobians:
+def independent_dynamics_jacobians(
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, indices: tuple, Q: ArrayLike | None = None
+) -> DynamicsJacobians:
     """zddot and its exact Jacobians w.r.t. q, qdot, Q (Eqs. 27d, 29d-g): B times the
     dependent-coordinate ones.  Returned arrays have d rows instead of n."""
     dep = forward_dynamics_jacobians(mech, q, qd, Q)
@@ -278,7 +318,9 @@ def independent_dynamics_jacobians(mech, q, qd, indices, Q=None) -> DynamicsJaco
                              d_qd=dep.d_qd[..., idx, :], d_Q=dep.d_Q[..., idx, :])
 
 
-def inverse_dynamics(mech, q, qd, qdd, actuated) -> np.ndarray:
+def inverse_dynamics(
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike, actuated: ArrayLike
+) -> np.ndarray:
     """Applied forces on the ``actuated`` coordinates that produce ``qdd`` (least squares).
 
     Solves M qddot + Phi_q^T lambda = Q_g + E Q_a for (lambda, Q_a), E selecting the actuated

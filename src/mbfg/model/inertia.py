@@ -19,12 +19,19 @@ identification can differentiate them later.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
 
 _R90 = np.array([[0.0, -1.0], [1.0, 0.0]])
 
 
-def body_mass_matrix(mass: float, I0: float, cog, length: float) -> np.ndarray:
+def body_mass_matrix(mass: float, I0: float, cog: tuple, length: float) -> np.ndarray:
     """4x4 mass matrix of one body on (x0, y0, x1, y1) [kg].
 
     Parameters
@@ -52,7 +59,7 @@ def body_point_map(xi: float, eta: float, length: float) -> np.ndarray:
     return np.hstack([(1.0 - u) * np.eye(2) - v * _R90, u * np.eye(2) + v * _R90])
 
 
-def body_gravity_forces(mass: float, cog, length: float, gravity) -> np.ndarray:
+def body_gravity_forces(mass: float, cog: tuple, length: float, gravity: ArrayLike) -> np.ndarray:
     """Generalized gravity force of one body on (x0, y0, x1, y1) [N]: m C(cog)^T g."""
     return mass * body_point_map(cog[0], cog[1], length).T @ np.asarray(gravity, float)
 
@@ -62,7 +69,7 @@ def _body_coords(mech, body) -> np.ndarray:
     return mech.point_coords[list(body.points[:2])].ravel()
 
 
-def assemble_mass_matrix_and_gravity(mech):
+def assemble_mass_matrix_and_gravity(mech: Mechanism) -> tuple:
     """Constant M (n, n) and gravity forces (n,) of the whole mechanism.
 
     The 4x4 body blocks are added into the rows and columns of the bodies' free point
@@ -78,7 +85,7 @@ def assemble_mass_matrix_and_gravity(mech):
     return M, Q
 
 
-def centres_of_mass(mech, q) -> np.ndarray:
+def centres_of_mass(mech: Mechanism, q: ArrayLike) -> np.ndarray:
     """Centre of mass of every body, shape (..., n_bodies, 2) [m]."""
     bodies = mech.spec.bodies
     C = np.stack([body_point_map(b.cog[0], b.cog[1], b.length) for b in bodies])  # (B, 2, 4)
@@ -86,20 +93,20 @@ def centres_of_mass(mech, q) -> np.ndarray:
     return np.einsum("bkj,...bj->...bk", C, r.reshape(r.shape[:-2] + (4,)))
 
 
-def kinetic_energy(mech, qd) -> np.ndarray:
+def kinetic_energy(mech: Mechanism, qd: ArrayLike) -> np.ndarray:
     """T = 1/2 qdot^T M qdot [J], shape (...)."""
     qd = np.asarray(qd, float)
     return 0.5 * np.einsum("...i,ij,...j->...", qd, mech.mass_matrix(), qd)
 
 
-def potential_energy(mech, q) -> np.ndarray:
+def potential_energy(mech: Mechanism, q: ArrayLike) -> np.ndarray:
     """Gravitational potential V = -sum_b m_b g . r_G,b [J], shape (...)."""
     masses = np.array([b.mass for b in mech.spec.bodies])
     rg = centres_of_mass(mech, q)
     return -np.einsum("b,...bk,k->...", masses, rg, mech.gravity)
 
 
-def mechanical_energy(mech, q, qd) -> np.ndarray:
+def mechanical_energy(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """E = T + V [J], shape (...): conserved by the exact motion of a mechanism loaded by
     gravity alone, so its drift over a simulation measures the integrator's energy error."""
     return kinetic_energy(mech, qd) + potential_energy(mech, q)

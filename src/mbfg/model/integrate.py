@@ -14,6 +14,7 @@ Baumgarte terms) is integrated
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -22,6 +23,12 @@ from mbfg.errors import ConvergenceError, SolverError
 from mbfg.model import kinematics as K
 from mbfg.model.dynamics import Baumgarte, forward_dynamics, forward_dynamics_jacobians
 from mbfg.model.forces import force_function
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.forces import ForceInput
+    from mbfg.model.mechanism import Mechanism
 
 
 @dataclass(frozen=True)
@@ -35,10 +42,20 @@ class ReferenceTrajectory:
     qdd: np.ndarray
 
 
-def integrate_reference(mech, t_end: float, dt: float, *, q0=None, qd0=None, forces=None,
-                        rtol: float = 1e-12, atol: float = 1e-12, method: str = "DOP853",
-                        baumgarte: Baumgarte | None = None,
-                        project: bool = True) -> ReferenceTrajectory:
+def integrate_reference(
+    mech: Mechanism,
+    t_end: float,
+    dt: float,
+    *,
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    forces: ForceInput | None = None,
+    rtol: float = 1e-12,
+    atol: float = 1e-12,
+    method: str = "DOP853",
+    baumgarte: Baumgarte | None = None,
+    project: bool = True,
+) -> ReferenceTrajectory:
     """Integrate the equations of motion with a classical ODE solver.
 
     Parameters
@@ -87,9 +104,18 @@ def integrate_reference(mech, t_end: float, dt: float, *, q0=None, qd0=None, for
     return ReferenceTrajectory(t=ts, q=Q_out, qd=V_out, qdd=A_out)
 
 
-def integrate_trapezoidal(mech, t_end: float, dt: float, *, q0=None, qd0=None, forces=None,
-                          tol: float = 1e-14, max_iter: int = 20,
-                          project: bool = False) -> ReferenceTrajectory:
+def integrate_trapezoidal(
+    mech: Mechanism,
+    t_end: float,
+    dt: float,
+    *,
+    q0: ArrayLike | None = None,
+    qd0: ArrayLike | None = None,
+    forces: ForceInput | None = None,
+    tol: float = 1e-14,
+    max_iter: int = 20,
+    project: bool = False,
+) -> ReferenceTrajectory:
     """Integrate the equations of motion with the implicit trapezoidal rule (the "floor").
 
     With a = qddot(q, qdot, Q) of Eq. (5) (gravity included, no stabilization), each step
@@ -165,8 +191,11 @@ def integrate_trapezoidal(mech, t_end: float, dt: float, *, q0=None, qd0=None, f
                 break
             v1 = v1 - dv
         else:
-            raise ConvergenceError(f"trapezoidal step at t = {ts[k]:.6g} s did not converge",
-                                   residual=change, iterations=it)
+            raise ConvergenceError(
+                f"trapezoidal step at t = {ts[k]:.6g} s did not converge",
+                residual=change,
+                iterations=it,
+            )
         q, v, a = q1, v1, jac.qdd
         if project:
             q = K.solve_position(mech, q)
@@ -180,9 +209,22 @@ INDEPENDENT_METHODS = ("euler", "trapezoidal", "rk4")
 """Integrators of :func:`independent_step`."""
 
 
-def independent_step(mech, q, z, zd, zdd, indices, dt: float, Q=None, method: str = "trapezoidal",
-                     *, Q_stages=None, acceleration_noise=None, tol: float = 1e-10,
-                     max_iter: int = 20):
+def independent_step(
+    mech: Mechanism,
+    q: ArrayLike,
+    z: ArrayLike,
+    zd: ArrayLike,
+    zdd: ArrayLike,
+    indices: ArrayLike,
+    dt: float,
+    Q: ArrayLike | None = None,
+    method: str = "trapezoidal",
+    *,
+    Q_stages: np.ndarray | None = None,
+    acceleration_noise: np.ndarray | None = None,
+    tol: float = 1e-10,
+    max_iter: int = 20,
+) -> tuple:
     """One step of the independent-coordinate ODE zddot = f(z, zdot) (Eq. 15) for N states.
 
     The prediction step of the Kalman filters and the particle filter (each state one filter

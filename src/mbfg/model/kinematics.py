@@ -8,12 +8,19 @@ of rank 20).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.linalg
 
 from mbfg.errors import ConvergenceError, SolverError
 from mbfg.model import constraints as C
 from mbfg.model.scales import constraint_scales, coordinate_scales
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
 
 RANK_RTOL = 1e-9
 """Singular values below RANK_RTOL * sigma_max count as zero when computing ranks."""
@@ -27,7 +34,7 @@ def numerical_rank(A: np.ndarray, rtol: float = RANK_RTOL) -> int:
     return int(np.sum(s > rtol * max(s[0], 1e-300)))
 
 
-def independent_constraint_rows(mech, q) -> np.ndarray:
+def independent_constraint_rows(mech: Mechanism, q: ArrayLike) -> np.ndarray:
     """Indices of a maximal linearly independent subset of the rows of Phi_q(q), sorted.
 
     Found by QR with column pivoting of Phi_q^T; equal to all rows for non-redundant
@@ -40,8 +47,15 @@ def independent_constraint_rows(mech, q) -> np.ndarray:
     return np.sort(piv[:r])
 
 
-def solve_position(mech, q_guess, *, fixed_indices=(), fixed_values=None, tol: float = 1e-12,
-                   max_iter: int = 100) -> np.ndarray:
+def solve_position(
+    mech: Mechanism,
+    q_guess: ArrayLike,
+    *,
+    fixed_indices: ArrayLike = (),
+    fixed_values: ArrayLike | None = None,
+    tol: float = 1e-12,
+    max_iter: int = 100,
+) -> np.ndarray:
     """Solve the position problem Phi(q) = 0 (optionally with q[fixed_indices] = fixed_values).
 
     Gauss-Newton with minimum-norm least-squares steps (SVD), which keeps the solution on the
@@ -88,13 +102,23 @@ def solve_position(mech, q_guess, *, fixed_indices=(), fixed_values=None, tol: f
     raise ConvergenceError("position problem did not converge", residual=best, iterations=it)
 
 
-def solve_finite_displacement(mech, q_guess, indices, values, *, tol=1e-12, max_iter=100):
+def solve_finite_displacement(
+    mech: Mechanism,
+    q_guess: ArrayLike,
+    indices: ArrayLike,
+    values: ArrayLike,
+    *,
+    tol: float = 1e-12,
+    max_iter: int = 100,
+) -> np.ndarray:
     """Position problem with given independent coordinates ``q[indices] = values``."""
     return solve_position(mech, q_guess, fixed_indices=indices, fixed_values=values, tol=tol,
                           max_iter=max_iter)
 
 
-def choose_independent_coordinates(mech, q=None, prefer=None) -> tuple:
+def choose_independent_coordinates(
+    mech: Mechanism, q: ArrayLike | None = None, prefer: ArrayLike | None = None
+) -> tuple:
     """Choose ``dof`` coordinates that can serve as independent coordinates at ``q``.
 
     Greedy: walk through candidate coordinates (``prefer`` first, then relative angles, then
@@ -128,7 +152,7 @@ def choose_independent_coordinates(mech, q=None, prefer=None) -> tuple:
     return tuple(sorted(chosen))
 
 
-def selection_matrix(n: int, indices) -> np.ndarray:
+def selection_matrix(n: int, indices: ArrayLike) -> np.ndarray:
     """B (d, n) with B q = q[indices] (the I_idxs of Eq. 30d)."""
     idx = np.asarray(indices, dtype=int)
     B = np.zeros((idx.size, n))
@@ -136,7 +160,9 @@ def selection_matrix(n: int, indices) -> np.ndarray:
     return B
 
 
-def check_independent_coordinates(mech, indices, q=None):
+def check_independent_coordinates(
+    mech: Mechanism, indices: tuple, q: ArrayLike | None = None
+) -> tuple:
     """Raise :class:`SolverError` unless ``indices`` is a valid set of independent coordinates."""
     q = mech.q0 if q is None else q
     idx = tuple(int(i) for i in indices)
@@ -152,7 +178,13 @@ def check_independent_coordinates(mech, indices, q=None):
     return idx
 
 
-def velocity_transform(mech, q, indices, rows=None, J=None):
+def velocity_transform(
+    mech: Mechanism,
+    q: ArrayLike,
+    indices: ArrayLike,
+    rows: ArrayLike | None = None,
+    J: ArrayLike | None = None,
+) -> tuple:
     """R (n, d) and S (n, m') of Eq. (11): [Phi_q'; B]^-1 = [S R], where Phi_q' keeps the
     independent constraint rows ``rows`` (default :func:`~mbfg.model.constraints.independent_rows`).
 
@@ -168,7 +200,9 @@ def velocity_transform(mech, q, indices, rows=None, J=None):
     return Kinv[..., :, mr:], Kinv[..., :, :mr]
 
 
-def velocity_sensitivity(mech, q, qd, R, S, rows) -> np.ndarray:
+def velocity_sensitivity(
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, R: ArrayLike, S: ArrayLike, rows: ArrayLike
+) -> np.ndarray:
     """dqdot/dz (n, d) along the constraint manifold at one state, with zdot held.
 
     Differentiating Phi_q' qdot = 0 and B qdot = zdot along the manifold direction R e_j gives
@@ -187,38 +221,44 @@ def velocity_sensitivity(mech, q, qd, R, S, rows) -> np.ndarray:
     return np.stack(cols, axis=1) if cols else np.zeros((mech.n, 0))
 
 
-def null_space_basis(mech, q, indices=None) -> np.ndarray:
+def null_space_basis(mech: Mechanism, q: ArrayLike, indices: ArrayLike | None = None) -> np.ndarray:
     """R(q) (n, dof): a basis of the null space of Phi_q with B R = I (Eq. 8)."""
     indices = choose_independent_coordinates(mech, q) if indices is None else indices
     return velocity_transform(mech, q, indices)[0]
 
 
-def solve_velocity(mech, q, indices, zd) -> np.ndarray:
+def solve_velocity(mech: Mechanism, q: ArrayLike, indices: tuple, zd: ArrayLike) -> np.ndarray:
     """Velocity problem: qdot with Phi_q qdot = 0 and qdot[indices] = zd (Eq. 11, b = 0)."""
     R, _ = velocity_transform(mech, q, indices)
     return R @ np.asarray(zd, float)
 
 
-def acceleration_rhs(mech, q, qd, rows=None) -> np.ndarray:
+def acceleration_rhs(
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, rows: ArrayLike | None = None
+) -> np.ndarray:
     """c = -dPhi_q/dt qdot on the independent rows (Eq. 3, time-independent constraints)."""
     rows = C.independent_rows(mech, q) if rows is None else rows
     return -C.take_rows(C.acceleration_bias(mech, q, qd), rows)
 
 
-def solve_acceleration(mech, q, qd, indices, zdd) -> np.ndarray:
+def solve_acceleration(
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, indices: tuple, zdd: ArrayLike
+) -> np.ndarray:
     """Acceleration problem: qddot = S c + R zddot (Eq. 12)."""
     rows = C.independent_rows(mech, q)
     R, S = velocity_transform(mech, q, indices, rows)
     return S @ acceleration_rhs(mech, q, qd, rows) + R @ np.asarray(zdd, float)
 
 
-def project_velocity(mech, q, qd) -> np.ndarray:
+def project_velocity(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """Minimum-norm correction of qdot onto Phi_q qdot = 0."""
     J = C.constraint_jacobian(mech, q)
     return qd - np.linalg.lstsq(J, J @ qd, rcond=None)[0]
 
 
-def release_state(mech, q0=None, qd0=None) -> tuple[np.ndarray, np.ndarray]:
+def release_state(
+    mech: Mechanism, q0: ArrayLike | None = None, qd0: list | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The state a motion starts from: ``q0`` (n,) (default the assembled ``mech.q0``) and
     ``qd0`` (n,) projected onto Phi_q qdot = 0 (default rest) [m, rad; m/s, rad/s]."""
     q0 = np.array(mech.q0 if q0 is None else q0, float)
@@ -226,7 +266,7 @@ def release_state(mech, q0=None, qd0=None) -> tuple[np.ndarray, np.ndarray]:
     return q0, qd0
 
 
-def point_coordinate_indices(mech, point: int) -> tuple:
+def point_coordinate_indices(mech: Mechanism, point: int) -> tuple:
     """Indices of (x, y) of a non-fixed point in q."""
     ix, iy = (int(i) for i in mech.point_coords[point])
     if ix < 0:
@@ -234,8 +274,16 @@ def point_coordinate_indices(mech, point: int) -> tuple:
     return ix, iy
 
 
-def inverse_kinematics_point_path(mech, point: int, xy, *, q_guess=None, xy_dot=None,
-                                  xy_ddot=None, tol: float = 1e-12):
+def inverse_kinematics_point_path(
+    mech: Mechanism,
+    point: int,
+    xy: ArrayLike,
+    *,
+    q_guess: ArrayLike | None = None,
+    xy_dot: ArrayLike | None = None,
+    xy_ddot: ArrayLike | None = None,
+    tol: float = 1e-12,
+) -> tuple | np.ndarray:
     """Configurations that move ``point`` along a path (inverse kinematics of a 2-DOF mechanism
     whose end effector is a natural-coordinate point, e.g. the parallel robot's point 6).
 
@@ -278,8 +326,15 @@ def inverse_kinematics_point_path(mech, point: int, xy, *, q_guess=None, xy_dot=
     return out, qd, qdd
 
 
-def solve_positions_batch(mech, q_guess, fixed_indices=(), fixed_values=None, *,
-                          tol: float = 1e-12, max_iter: int = 30) -> tuple[np.ndarray, np.ndarray]:
+def solve_positions_batch(
+    mech: Mechanism,
+    q_guess: ArrayLike,
+    fixed_indices: ArrayLike = (),
+    fixed_values: ArrayLike | None = None,
+    *,
+    tol: float = 1e-12,
+    max_iter: int = 30,
+) -> tuple[np.ndarray, np.ndarray]:
     """Position problem Phi(q) = 0 for many states at once (batched Newton, paper Eq. 1).
 
     The one batched position solver of the package: the filters' assembly from independent
@@ -352,7 +407,7 @@ def _minimum_norm_step(J, rhs):
         return np.einsum("...ij,...j->...i", np.linalg.pinv(J), rhs)
 
 
-def project_velocities_batch(mech, q, v) -> np.ndarray:
+def project_velocities_batch(mech: Mechanism, q: ArrayLike, v: ArrayLike) -> np.ndarray:
     """Vectorized minimum-norm projection of velocities (T, n) onto Phi_q v = 0."""
     Jall = C.constraint_jacobian(mech, q)
     J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1)

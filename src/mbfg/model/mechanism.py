@@ -33,11 +33,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mbfg.errors import AssemblyError, ConvergenceError, SchemaError
 from mbfg.model.spec import FixedSliderSpec, MechanismSpec, MobileSliderSpec
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from numpy.typing import ArrayLike
 
 _CROSS = np.array([[0.0, 1.0], [-1.0, 0.0]])  # a^T _CROSS b = a_x b_y - a_y b_x
 
@@ -118,7 +124,7 @@ class Mechanism:
         return self.point_coords.shape[0]
 
     @property
-    def source(self):
+    def source(self) -> str:
         return self.spec.source
 
     @cached_property
@@ -168,17 +174,17 @@ class Mechanism:
         return _freeze(A)
 
     # --------------------------------------------------------- convenience API
-    def point_positions(self, q) -> np.ndarray:
+    def point_positions(self, q: ArrayLike) -> np.ndarray:
         """Positions of all points, shape (..., n_points, 2) [m]."""
         q = np.asarray(q, dtype=float)
         return np.where(self.point_coords >= 0, q[..., self.point_coords], self.point_fixed_xy)
 
-    def constraints(self, q):
+    def constraints(self, q: ArrayLike) -> np.ndarray:
         """Phi(q), shape (..., m).  See :func:`mbfg.model.constraints.position_constraints`."""
         from mbfg.model import constraints
         return constraints.position_constraints(self, q)
 
-    def constraint_jacobian(self, q):
+    def constraint_jacobian(self, q: ArrayLike) -> np.ndarray:
         """Phi_q(q), shape (..., m, n)."""
         from mbfg.model import constraints
         return constraints.constraint_jacobian(self, q)
@@ -197,7 +203,7 @@ class Mechanism:
         M, Qg = assemble_mass_matrix_and_gravity(self)
         return _freeze(M), _freeze(Qg)
 
-    def with_parameters(self, pi=None, **by_name) -> "Mechanism":
+    def with_parameters(self, pi: np.ndarray | None = None, **by_name: Any) -> "Mechanism":
         """The same mechanism with other physical parameters; see
         :func:`mbfg.model.parameters.with_parameters`."""
         from mbfg.model.parameters import with_parameters
@@ -212,7 +218,7 @@ class Mechanism:
         """Degrees of freedom n - rank(Phi_q) at q0."""
         return self.n - int(self.independent_rows.size)
 
-    def coordinate_index(self, name_or_index) -> int:
+    def coordinate_index(self, name_or_index: str | int) -> int:
         """Index of a coordinate given by name (``'x1'``, ``'theta0'``) or integer."""
         if isinstance(name_or_index, (int, np.integer)):
             i = int(name_or_index)

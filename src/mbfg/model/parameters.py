@@ -23,10 +23,19 @@ units kg, kg m, kg m, kg m^2 per body, then m/s^2.  Names follow the YAML paths:
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mbfg.errors import UsageError
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
+    from mbfg.model.spec import MechanismSpec
 
 BODY_FIELDS = ("mass", "mass_cog_x", "mass_cog_y", "I0")
 """The four inertial parameters of each body, in the order of pi."""
@@ -34,13 +43,13 @@ PER_BODY = len(BODY_FIELDS)
 _R90 = np.array([[0.0, -1.0], [1.0, 0.0]])
 
 
-def parameter_names(mech) -> tuple[str, ...]:
+def parameter_names(mech: Mechanism) -> tuple[str, ...]:
     """Names of the entries of pi, (P,) with P = 4 * bodies + 2."""
     names = [f"planar_bodies[{b}].{f}" for b in range(len(mech.spec.bodies)) for f in BODY_FIELDS]
     return tuple(names + ["gravity[0]", "gravity[1]"])
 
 
-def parameter_vector(mech) -> np.ndarray:
+def parameter_vector(mech: Mechanism) -> np.ndarray:
     """pi (P,) of a mechanism: [m, m c_x, m c_y, I_O] per body, then gravity (see module)."""
     rows = [(b.mass, b.mass * b.cog[0], b.mass * b.cog[1], b.I0) for b in mech.spec.bodies]
     return np.concatenate([np.asarray(rows, float).ravel(), np.asarray(mech.gravity, float)])
@@ -61,7 +70,7 @@ def body_mass_basis(length: float) -> np.ndarray:
                      block(1.0 / L ** 2, -1.0 / L ** 2, 0.0, 1.0 / L ** 2)])  # I_O
 
 
-def body_gravity_basis(length: float, gravity) -> np.ndarray:
+def body_gravity_basis(length: float, gravity: ArrayLike) -> np.ndarray:
     """dQ_g,body/dpi_b, shape (4, 4): column j is the generalized gravity force on
     (x0, y0, x1, y1) per unit of pi_b[j] (m C(c)^T g, Eq. of :mod:`mbfg.model.inertia`) [N per
     unit]; I_O does not enter."""
@@ -90,7 +99,7 @@ def _split(mech, pi):
     return pi[:PER_BODY * B].reshape(B, PER_BODY), pi[PER_BODY * B:]
 
 
-def mass_matrix(mech, pi) -> np.ndarray:
+def mass_matrix(mech: Mechanism, pi: np.ndarray) -> np.ndarray:
     """M(pi) (n, n) [kg, kg m] = sum_i pi_i M_i."""
     inertial, _ = _split(mech, pi)
     M = np.zeros((mech.n, mech.n))
@@ -100,7 +109,7 @@ def mass_matrix(mech, pi) -> np.ndarray:
     return M
 
 
-def gravity_forces(mech, pi) -> np.ndarray:
+def gravity_forces(mech: Mechanism, pi: np.ndarray) -> np.ndarray:
     """Q_g(pi) (n,) [N] = sum_i pi_i G_i(g), g = pi[-2:]."""
     inertial, g = _split(mech, pi)
     Q = np.zeros(mech.n)
@@ -109,7 +118,9 @@ def gravity_forces(mech, pi) -> np.ndarray:
     return Q
 
 
-def inverse_dynamics_regressor(mech, qdd, pi=None) -> np.ndarray:
+def inverse_dynamics_regressor(
+    mech: Mechanism, qdd: ArrayLike, pi: np.ndarray | None = None
+) -> np.ndarray:
     """The Jacobian Y = d(M(pi) qdd - Q_g(pi))/dpi, shape (..., n, P), for accelerations qdd
     (..., n) [m/s^2, rad/s^2].
 
@@ -134,7 +145,7 @@ def inverse_dynamics_regressor(mech, qdd, pi=None) -> np.ndarray:
     return Y
 
 
-def with_parameters(mech, pi=None, **by_name):
+def with_parameters(mech: Mechanism, pi: np.ndarray | None = None, **by_name: Any) -> Mechanism:
     """A new :class:`~mbfg.model.mechanism.Mechanism` with other physical parameters (same
     geometry, same assembled ``q0``).
 
@@ -170,7 +181,7 @@ SPEC_FIELDS = ("mass", "I0", "cog")
 """Body values that :func:`apply_overrides` can set, as the YAML names them."""
 
 
-def apply_overrides(spec, overrides: dict):
+def apply_overrides(spec: MechanismSpec, overrides: dict) -> MechanismSpec:
     """A :class:`~mbfg.model.spec.MechanismSpec` with physical values replaced by YAML path:
     ``planar_bodies[i].mass`` [kg], ``planar_bodies[i].I0`` [kg m^2], ``planar_bodies[i].cog``
     (x, y) [m], ``gravity`` (x, y) [m/s^2] or ``gravity[k]``.

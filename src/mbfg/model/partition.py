@@ -9,10 +9,17 @@ not depend on the units of lengths versus angles.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.linalg
 
 from mbfg.model import constraints as C
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
 
 
 def _null_basis(mech, q, scale):
@@ -24,7 +31,9 @@ def _null_basis(mech, q, scale):
     return np.swapaxes(Vt[..., r:, :], -1, -2)
 
 
-def coordinate_quality(mech, q, indices, scale=None) -> np.ndarray:
+def coordinate_quality(
+    mech: Mechanism, q: ArrayLike, indices: tuple, scale: np.ndarray | None = None
+) -> np.ndarray:
     """Quality in [0, 1] of ``indices`` as independent coordinates at q (..., n); shape (...).
 
     ``scale`` (n,): coordinate scales (default 1)."""
@@ -34,7 +43,9 @@ def coordinate_quality(mech, q, indices, scale=None) -> np.ndarray:
     return np.linalg.svd(N, compute_uv=False)[:, -1].reshape(q.shape[:-1])
 
 
-def best_coordinates(mech, q, scale=None) -> tuple[tuple[int, ...], float]:
+def best_coordinates(
+    mech: Mechanism, q: ArrayLike, scale: np.ndarray | None = None
+) -> tuple[tuple[int, ...], float]:
     """The best-conditioned independent coordinates at one state q (n,) and their quality."""
     scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
     N = _null_basis(mech, np.asarray(q, float)[None], scale)[0]
@@ -46,7 +57,14 @@ def best_coordinates(mech, q, scale=None) -> tuple[tuple[int, ...], float]:
     return best, float(np.linalg.svd(N[list(best)], compute_uv=False)[-1])
 
 
-def partition_along(mech, q, scale=None, *, keep: float = 0.5, start=None) -> np.ndarray:
+def partition_along(
+    mech: Mechanism,
+    q: ArrayLike,
+    scale: np.ndarray | None = None,
+    *,
+    keep: float = 0.5,
+    start: ArrayLike | None = None,
+) -> np.ndarray:
     """Independent coordinates for each state of a trajectory q (T, n): (T, d) indices.
 
     Walks forward keeping the current set while its quality stays at least ``keep`` times the

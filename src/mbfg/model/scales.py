@@ -10,10 +10,16 @@ whitened system, hence the solution path and every convergence decision, unchang
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mbfg.model import constraints as C
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
 
 
 @dataclass(frozen=True)
@@ -44,20 +50,22 @@ class MechanismScales:
         return self.mass * self.length ** 2 / dt ** 2
 
 
-def characteristic_length(mech) -> float:
+def characteristic_length(mech: Mechanism) -> float:
     """ell [m]: the root mean square of the body lengths (1 without bodies)."""
     bodies = mech.spec.bodies
     return float(np.sqrt(np.mean([b.length ** 2 for b in bodies]))) if bodies else 1.0
 
 
-def coordinate_scales(mech) -> np.ndarray:
+def coordinate_scales(mech: Mechanism) -> np.ndarray:
     """(n,) scale of each coordinate: ell for point coordinates [m], 1 for angles [rad]."""
     coords = np.full(mech.n, characteristic_length(mech))
     coords[np.asarray(mech.angle_coords, int)] = 1.0
     return coords
 
 
-def constraint_scales(mech, q, coordinates=None) -> np.ndarray:
+def constraint_scales(
+    mech: Mechanism, q: ArrayLike, coordinates: np.ndarray | None = None
+) -> np.ndarray:
     """(m,) scale of each constraint row at q: ||Phi_q,i(q) diag(coordinates)||, so that
     Phi_i / scale_i is a distance to the manifold relative to the coordinates' scales
     (default :func:`coordinate_scales`).  A row whose gradient vanishes (a singular
@@ -67,7 +75,7 @@ def constraint_scales(mech, q, coordinates=None) -> np.ndarray:
     return np.where(rows > 0.0, rows, np.max(rows, initial=1.0))
 
 
-def mechanism_scales(mech) -> MechanismScales:
+def mechanism_scales(mech: Mechanism) -> MechanismScales:
     """The :class:`MechanismScales` of ``mech`` (computed from its bodies and ``q0``)."""
     bodies = mech.spec.bodies
     mass = float(np.mean([b.mass for b in bodies])) if bodies else 1.0

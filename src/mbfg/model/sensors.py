@@ -32,11 +32,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from mbfg.errors import SchemaError
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
 
 __all__ = ["Sensor", "AngleEncoder", "Gyroscope", "Accelerometer", "Marker", "Distance",
            "SensorSet", "Readings", "SENSOR_TYPES", "wrap_angle", "readings_on_grid"]
@@ -44,7 +48,7 @@ __all__ = ["Sensor", "AngleEncoder", "Gyroscope", "Accelerometer", "Marker", "Di
 _R90 = np.array([[0.0, -1.0], [1.0, 0.0]])  # +90 deg rotation: perp(v) = _R90 @ v
 
 
-def wrap_angle(x):
+def wrap_angle(x: ArrayLike) -> float | np.ndarray:
     """Angle(s) wrapped to (-pi, pi] as ``atan2(sin x, cos x)``."""
     x = np.asarray(x, float)
     return np.arctan2(np.sin(x), np.cos(x))
@@ -124,13 +128,25 @@ class Sensor:
     def component_labels(self) -> tuple:
         return (self.label,) if self.dim == 1 else tuple(f"{self.label}.{c}" for c in "xy"[:self.dim])
 
-    def validate(self, mech) -> None:
+    def validate(self, mech: Mechanism) -> None:
         """Raise ValueError/IndexError if the sensor does not fit ``mech``."""
 
-    def measure(self, mech, q, qd=None, qdd=None) -> np.ndarray:  # pragma: no cover
+    def measure(
+        self,
+        mech: Mechanism,
+        q: ArrayLike,
+        qd: ArrayLike | None = None,
+        qdd: ArrayLike | None = None,
+    ) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
-    def jacobians(self, mech, q, qd=None, qdd=None) -> dict:  # pragma: no cover
+    def jacobians(
+        self,
+        mech: Mechanism,
+        q: ArrayLike,
+        qd: ArrayLike | None = None,
+        qdd: ArrayLike | None = None,
+    ) -> dict:  # pragma: no cover
         raise NotImplementedError
 
     def steps(self, n_steps: int) -> np.ndarray:
@@ -168,20 +184,26 @@ class AngleEncoder(Sensor):
             raise ValueError("AngleEncoder needs exactly one of coordinate= and body=")
 
     @property
-    def slots(self):
+    def slots(self) -> tuple:
         return ("q",)
 
     def _describe(self):
         return (f"encoder({self.coordinate})" if self.coordinate is not None
                 else f"encoder(body {self.body})")
 
-    def validate(self, mech):
+    def validate(self, mech: Mechanism) -> None:
         if self.coordinate is not None:
             mech.coordinate_index(self.coordinate)
         else:
             _check_body(mech, self.body)
 
-    def measure(self, mech, q, qd=None, qdd=None):
+    def measure(
+        self,
+        mech: Mechanism,
+        q: ArrayLike,
+        qd: ArrayLike | None = None,
+        qdd: ArrayLike | None = None,
+    ) -> np.ndarray:
         q = _vec(q, mech, "q")
         if self.coordinate is not None:
             return q[..., [mech.coordinate_index(self.coordinate)]]
@@ -189,7 +211,13 @@ class AngleEncoder(Sensor):
         d = _apply(D, q) + d0
         return np.arctan2(d[..., 1], d[..., 0])[..., None]
 
-    def jacobians(self, mech, q, qd=None, qdd=None):
+    def jacobians(
+        self,
+        mech: Mechanism,
+        q: ArrayLike,
+        qd: ArrayLike | None = None,
+        qdd: ArrayLike | None = None,
+    ) -> dict:
         q = _vec(q, mech, "q")
         if self.coordinate is not None:
             J = np.zeros(q.shape[:-1] + (1, mech.n))
@@ -213,13 +241,13 @@ class Gyroscope(Sensor):
     kind = "gyroscope"
 
     @property
-    def slots(self):
+    def slots(self) -> tuple:
         return ("q", "v")
 
     def _describe(self):
         return f"gyroscope(body {self.body})"
 
-    def validate(self, mech):
+    def validate(self, mech: Mechanism) -> None:
         _check_body(mech, self.body)
 
     def _parts(self, mech, q, qd):
@@ -231,11 +259,15 @@ class Gyroscope(Sensor):
         c = d[..., 0] * dd[..., 1] - d[..., 1] * dd[..., 0]
         return D, d, dd, s, c
 
-    def measure(self, mech, q, qd=None, qdd=None):
+    def measure(
+        self, mech: Mechanism, q: ArrayLike, qd: ArrayLike | None = None, qdd: ArrayLike | None = None
+    ) -> np.ndarray:
         _, _, _, s, c = self._parts(mech, q, qd)
         return (c / s)[..., None]
 
-    def jacobians(self, mech, q, qd=None, qdd=None):
+    def jacobians(
+        self, mech: Mechanism, q: ArrayLike, qd: ArrayLike | None = None, qdd: ArrayLike | None = None
+    ) -> dict:
         D, d, dd, s, c = self._parts(mech, q, qd)
         s_ = s[..., None]
         w_d = (np.stack([dd[..., 1], -dd[..., 0]], axis=-1) - 2.0 * (c / s)[..., None] * d) / s_
@@ -271,14 +303,14 @@ class Accelerometer(Sensor):
         object.__setattr__(self, "axis", float(self.axis))
 
     @property
-    def slots(self):
+    def slots(self) -> tuple:
         return ("q", "a")
 
     def _describe(self):
         return (f"accelerometer(body {self.body} at ({self.point[0]:g}, {self.point[1]:g}), "
                 f"axis {math.degrees(self.axis):g} deg)")
 
-    def validate(self, mech):
+    def validate(self, mech: Mechanism) -> None:
         _check_body(mech, self.body)
 
     def _parts(self, mech, q, qdd):
@@ -292,11 +324,15 @@ class Accelerometer(Sensor):
         f = _apply(A, qdd) - mech.gravity                       # specific force
         return D, Rn, A, n, f
 
-    def measure(self, mech, q, qd=None, qdd=None):
+    def measure(
+        self, mech: Mechanism, q: ArrayLike, qd: ArrayLike | None = None, qdd: ArrayLike | None = None
+    ) -> np.ndarray:
         _, _, _, n, f = self._parts(mech, q, qdd)
         return np.sum(n * f, axis=-1)[..., None]
 
-    def jacobians(self, mech, q, qd=None, qdd=None):
+    def jacobians(
+        self, mech: Mechanism, q: ArrayLike, qd: ArrayLike | None = None, qdd: ArrayLike | None = None
+    ) -> dict:
         D, Rn, A, n, f = self._parts(mech, q, qdd)
         return {"q": _rows_times(f, Rn @ D)[..., None, :], "a": _rows_times(n, A)[..., None, :]}
 
@@ -311,21 +347,33 @@ class Marker(Sensor):
     dim = 2
 
     @property
-    def slots(self):
+    def slots(self) -> tuple:
         return ("q",)
 
     def _describe(self):
         return f"marker(point {self.point})"
 
-    def validate(self, mech):
+    def validate(self, mech: Mechanism) -> None:
         _check_point(mech, self.point)
 
-    def measure(self, mech, q, qd=None, qdd=None):
+    def measure(
+        self,
+        mech: Mechanism,
+        q: ArrayLike,
+        qd: ArrayLike | None = None,
+        qdd: ArrayLike | None = None,
+    ) -> np.ndarray:
         q = _vec(q, mech, "q")
         S, c = _point_affine(mech, self.point)
         return _apply(S, q) + c
 
-    def jacobians(self, mech, q, qd=None, qdd=None):
+    def jacobians(
+        self,
+        mech: Mechanism,
+        q: ArrayLike,
+        qd: ArrayLike | None = None,
+        qdd: ArrayLike | None = None,
+    ) -> dict:
         q = _vec(q, mech, "q")
         S, _ = _point_affine(mech, self.point)
         return {"q": np.broadcast_to(S, q.shape[:-1] + S.shape).copy()}
@@ -347,13 +395,13 @@ class Distance(Sensor):
         object.__setattr__(self, "points", pts)
 
     @property
-    def slots(self):
+    def slots(self) -> tuple:
         return ("q",)
 
     def _describe(self):
         return f"distance(points {self.points[0]}, {self.points[1]})"
 
-    def validate(self, mech):
+    def validate(self, mech: Mechanism) -> None:
         for p in self.points:
             _check_point(mech, p)
 
@@ -365,10 +413,22 @@ class Distance(Sensor):
         d = _apply(D, q) + (ci - cj)
         return D, d, np.sqrt(np.sum(d * d, axis=-1))
 
-    def measure(self, mech, q, qd=None, qdd=None):
+    def measure(
+        self,
+        mech: Mechanism,
+        q: ArrayLike,
+        qd: ArrayLike | None = None,
+        qdd: ArrayLike | None = None,
+    ) -> np.ndarray:
         return self._parts(mech, q)[2][..., None]
 
-    def jacobians(self, mech, q, qd=None, qdd=None):
+    def jacobians(
+        self,
+        mech: Mechanism,
+        q: ArrayLike,
+        qd: ArrayLike | None = None,
+        qdd: ArrayLike | None = None,
+    ) -> dict:
         D, d, h = self._parts(mech, q)
         return {"q": _rows_times(d / h[..., None], D)[..., None, :]}
 
@@ -419,18 +479,28 @@ class SensorSet(tuple):
         """(dim,) standard deviation of each reading component."""
         return np.array([s.sigma for s in self for _ in range(s.dim)], float)
 
-    def validate(self, mech) -> None:
+    def validate(self, mech: Mechanism) -> None:
         for s in self:
             s.validate(mech)
 
-    def measure(self, mech, q, qd=None, qdd=None) -> np.ndarray:
+    def measure(
+        self, mech: Mechanism, q: ArrayLike, qd: ArrayLike | None = None, qdd: ArrayLike | None = None
+    ) -> np.ndarray:
         """Noise-free readings of every sensor, stacked: (..., dim)."""
         q = np.asarray(q, float)
         if not len(self):
             return np.zeros(q.shape[:-1] + (0,))
         return np.concatenate([s.measure(mech, q, qd, qdd) for s in self], axis=-1)
 
-    def synthesize(self, mech, t, q, qd=None, qdd=None, rng=None) -> list:
+    def synthesize(
+        self,
+        mech: Mechanism,
+        t: ArrayLike,
+        q: ArrayLike,
+        qd: ArrayLike | None = None,
+        qdd: ArrayLike | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> list:
         """Simulated noisy readings along a trajectory.
 
         ``t`` (T,) time grid [s] and ``q, qd, qdd`` (T, n) the states at those times.  Sensor
@@ -452,7 +522,7 @@ class SensorSet(tuple):
         return out
 
 
-def readings_on_grid(sensors, readings, n_steps: int) -> list:
+def readings_on_grid(sensors: tuple | SensorSet, readings: list, n_steps: int) -> list:
     """Each sensor's readings placed on the time grid of ``n_steps`` steps.
 
     Parameters

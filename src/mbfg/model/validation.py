@@ -9,15 +9,22 @@ mass ratio; the loader already refuses masses below 1e-12 of the largest one).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mbfg.errors import SingularMassError
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
 
 MASS_RTOL = 1e-13
 """A reduced-mass eigenvalue below MASS_RTOL * the largest one counts as zero."""
 
 
-def massless_motions(mech, q=None) -> tuple[np.ndarray, np.ndarray]:
+def massless_motions(mech: Mechanism, q: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Motions allowed by the constraints at ``q`` (default ``q0``) that carry no mass.
 
     Returns ``(modes, ratios)``: ``modes`` (n, k) are velocity directions in q (unit norm in
@@ -59,7 +66,7 @@ def _moving_points(mech, mode) -> list[int]:
     return [p for a, p in sorted(amount, reverse=True) if top > 0 and a > 1e-6 * top]
 
 
-def check_mass_matrix(mech) -> None:
+def check_mass_matrix(mech: Mechanism) -> None:
     """Raise :class:`~mbfg.errors.SingularMassError` (naming the file and the point) when the
     mass matrix is singular on the constraint manifold at ``q0``."""
     modes, _ = massless_motions(mech)

@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import gtsam
 import numpy as np
 
 from mbfg.errors import ConvergenceError
 from mbfg.factors.gaussian import unit_noise
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 @dataclass
@@ -52,7 +56,9 @@ class SolverStats:
                 f"({self.seconds:.3f} s)")
 
 
-def step_converged(D, step_scale, step_tolerance) -> bool:
+def step_converged(
+    D: ArrayLike, step_scale: np.ndarray | None, step_tolerance: float | None
+) -> bool:
     """Newton's test for a square problem: the error left after the update ``D`` (any shape
     ending in dim), estimated by quadratic convergence as the square of the update measured
     in ``step_scale`` (dim,), is at most ``step_tolerance`` (both dimensionless; an ``inf``
@@ -63,7 +69,7 @@ def step_converged(D, step_scale, step_tolerance) -> bool:
     return m * m <= step_tolerance
 
 
-def residual_floor(step_tolerance) -> float:
+def residual_floor(step_tolerance: float | None) -> float:
     """The error 1/2 |r|^2 of whitened (dimensionless) residuals whose norm is
     ``step_tolerance``: a square problem whose error is below it is solved to the accuracy
     that :func:`step_converged` asks of the update, whatever the step does (near a singular
@@ -72,11 +78,11 @@ def residual_floor(step_tolerance) -> float:
     return 0.0 if step_tolerance is None else 0.5 * float(step_tolerance) ** 2
 
 
-def total_error(terms, X) -> float:
+def total_error(terms: list, X: ArrayLike) -> float:
     return float(sum(t.error(X) for t in terms))
 
 
-def linearize(terms, X, keys) -> gtsam.GaussianFactorGraph:
+def linearize(terms: list, X: ArrayLike, keys: list) -> gtsam.GaussianFactorGraph:
     """The whole linear system at X (delta form)."""
     lin = gtsam.GaussianFactorGraph()
     for t in terms:
@@ -84,15 +90,26 @@ def linearize(terms, X, keys) -> gtsam.GaussianFactorGraph:
     return lin
 
 
-def read_delta(delta: gtsam.VectorValues, keys) -> np.ndarray:
+def read_delta(delta: gtsam.VectorValues, keys: list) -> np.ndarray:
     return np.stack([delta.at(int(k)) for k in keys])
 
 
-def optimize(terms, X, keys, *, max_iterations: int = 50, relative_tolerance: float = 1e-9,
-             absolute_tolerance: float = 0.0, initial_lambda: float = 1e-6,
-             watchdog: int = 2, raise_on_failure: bool = True, model_tolerance: float = 1e-5,
-             step_scale=None, step_tolerance: float | None = None,
-             what: str = "batch optimization"):
+def optimize(
+    terms: list,
+    X: ArrayLike,
+    keys: list,
+    *,
+    max_iterations: int = 50,
+    relative_tolerance: float = 1e-9,
+    absolute_tolerance: float = 0.0,
+    initial_lambda: float = 1e-6,
+    watchdog: int = 2,
+    raise_on_failure: bool = True,
+    model_tolerance: float = 1e-5,
+    step_scale: np.ndarray | None = None,
+    step_tolerance: float | None = None,
+    what: str = "batch optimization",
+) -> tuple:
     """Minimize ``sum(term.error(X))`` over the step vectors ``X`` (N, dim) with keys ``keys``.
 
     ``step_scale`` (dim,) and ``step_tolerance``: also converged when an accepted undamped

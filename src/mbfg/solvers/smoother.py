@@ -46,8 +46,7 @@ marginal prior, re-packs the window and re-solves it.  ``switches`` lists (step,
 """
 from __future__ import annotations
 
-import time
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import gtsam
 import numpy as np
@@ -56,6 +55,15 @@ from mbfg.errors import ConvergenceError, MbfgError
 from mbfg.graphs.batch_term import BatchTerm, add_blocks, block
 from mbfg.graphs.linear_blocks import UnaryLinear
 from mbfg.solvers.batch import optimize, residual_floor, step_converged
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.graphs.estimation import ObservedProblem
+    from mbfg.graphs.forward import ForwardProblem
+    from mbfg.progress import ProgressBar
 
 
 @runtime_checkable
@@ -81,10 +89,10 @@ class SmootherProblem(Protocol):
     def initial_accelerations(self, q: np.ndarray, v: np.ndarray, step: int = 0) -> np.ndarray:
         """The model's accelerations at (q, v), the initial guess of step 0."""
 
-    def window_terms(self, steps, plan=None, *, incoming=None) -> list:
+    def window_terms(self, steps: ArrayLike, plan: Any = None, *, incoming: Any = None) -> list:
         """Every term (:class:`~mbfg.graphs.batch_term.BatchTerm`) of the window ``steps``."""
 
-    def link_plan(self, x, previous=None):
+    def link_plan(self, x: ArrayLike, previous: Any = None) -> np.ndarray | None:
         """The plan of the link into the new step(s) ``x`` (None: links need no plan)."""
 
 
@@ -99,7 +107,7 @@ class RepartitioningProblem(SmootherProblem, Protocol):
     def best_indices(self, q: np.ndarray) -> tuple:
         """(best indices, their quality, the current indices' quality) at q."""
 
-    def with_indices(self, indices) -> "RepartitioningProblem":
+    def with_indices(self, indices: ArrayLike) -> "RepartitioningProblem":
         """The same problem with other independent coordinates."""
 
 
@@ -121,7 +129,7 @@ class HeldPredecessor(BatchTerm):
         x0 = X[0] if self.T is None else self.T @ X[0]
         return np.vstack([self.x_prev, x0])
 
-    def blocks(self, X):
+    def blocks(self, X: ArrayLike) -> tuple:
         out = [t.blocks(self._pair(X)) for t in self.links]
         A1 = np.concatenate([A[1] for _, A, _ in out], axis=1)
         if self.T is not None:
@@ -129,15 +137,15 @@ class HeldPredecessor(BatchTerm):
         e = np.concatenate([e for _, _, e in out], axis=1)
         return np.zeros((1, 1), int), [A1], e
 
-    def error(self, X) -> float:
+    def error(self, X: ArrayLike) -> float:
         return float(sum(t.error(self._pair(X)) for t in self.links))
 
-    def remapped(self, T) -> "HeldPredecessor":
+    def remapped(self, T: ArrayLike) -> "HeldPredecessor":
         """The same factor for row 0 packed as ``x_old = T x_new``."""
         return HeldPredecessor(self.links, self.x_prev, T if self.T is None else self.T @ T)
 
 
-def prediction_matrix(problem) -> np.ndarray:
+def prediction_matrix(problem: ObservedProblem | ForwardProblem) -> np.ndarray:
     """Constant (dim, dim) matrix P with ``x_{k+1} ~= P x_k``: q + dt v + dt^2/2 a, v + dt a,
     a, packed by ``problem.pack`` (so z, zd, zdd are the predicted q, v, a at the independent
     indices)."""
@@ -256,7 +264,7 @@ class FixedLagSmoother:
         return predicted <= self.relative_tolerance * err or predicted <= self.absolute_tolerance
 
     # ----------------------------------------------------------------- public API
-    def initialize(self, q0, v0, a0=None):
+    def initialize(self, q0: ArrayLike, v0: ArrayLike, a0: ArrayLike | None = None) -> None:
         """Start at step 0 with the problem's initial priors on (q0, v0); ``a0`` is only the
         initial guess of the accelerations (default: the model's)."""
         if a0 is None:
@@ -301,7 +309,7 @@ class FixedLagSmoother:
     def _a_slice(self):
         return self.layout.slice("a")
 
-    def advance(self):
+    def advance(self) -> tuple:
         """Add the next step, marginalize the oldest one if the window is full, solve.
         Returns (step, x) of the step that left the window, or None."""
         W = self.W
@@ -326,7 +334,7 @@ class FixedLagSmoother:
         self._check_coordinates()
         return out
 
-    def run(self, steps: int, progress=None) -> np.ndarray:
+    def run(self, steps: int, progress: Callable | ProgressBar | None = None) -> np.ndarray:
         """Advance ``steps`` times from the initialized state; returns (steps + 1, dim): each
         step's estimate when it left the window, then the final window.
 
