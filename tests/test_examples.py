@@ -37,3 +37,14 @@ def test_example_is_jupytext_percent(script):
         f"{script.name}: no '# %% [markdown]' cell"
     code_cells = [ln for ln in cells if ln.rstrip() == "# %%"]
     assert code_cells, f"{script.name}: no code cells"
+
+
+def test_readme_python_example_runs(tmp_path):
+    """The README's "Use from Python" block runs as written (one import, from any directory)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Use from Python", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, MPLBACKEND="Agg"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "fourbar.npz").is_file()

@@ -15,6 +15,7 @@ from mbfg.errors import MbfgError
 from mbfg.model import Mechanism, build_mechanism
 
 if TYPE_CHECKING:
+    import os
     from collections.abc import Callable, Sequence
     from pathlib import Path
     from typing import Any
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
     from mbfg.model.forces import ForceInput
-    from mbfg.model.sensors import Sensor
+    from mbfg.model.sensors import Sensor, SensorSet
     from mbfg.results import EstimationResult, TrajectoryResult
 
 __version__ = "0.1.0"
@@ -52,6 +53,13 @@ def mechanism_from_yaml(text: str, source: str | None = None) -> Mechanism:
     """Build a mechanism from YAML text (``source`` is used in error messages)."""
     from mbfg.loader import mechanism_from_yaml as from_yaml
     return from_yaml(text, source)
+
+
+def load_sensors(path_or_text: str | os.PathLike, mech: Mechanism) -> SensorSet:
+    """Read a ``sensors:`` YAML description (a path, or the YAML text) for ``mech``
+    (:func:`mbfg.loader.load_sensors`; format in docs/sensors.md)."""
+    from mbfg.loader import load_sensors as load
+    return load(path_or_text, mech)
 
 
 def simulate(
@@ -129,5 +137,5 @@ def estimate(
                progress=progress, **options)
 
 
-__all__ = ["load_mechanism", "mechanism_from_yaml", "simulate", "solve_inverse_dynamics",
-           "estimate", "Mechanism", "build_mechanism", "MbfgError", "errors", "__version__"]
+__all__ = ["load_mechanism", "mechanism_from_yaml", "load_sensors", "simulate",
+           "solve_inverse_dynamics", "estimate", "Mechanism", "build_mechanism", "MbfgError", "errors", "__version__"]
