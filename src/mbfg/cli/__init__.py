@@ -47,6 +47,11 @@ def _cmd_check(args) -> int:
         f"gravity:                 [{mech.gravity[0]:g}, {mech.gravity[1]:g}] m/s^2",
         "q0:                      " + " ".join(f"{v:.6g}" for v in mech.q0),
     ]
+    branch = K.branch_point(mech, mech.q0)
+    if branch:
+        lines.append(f"warning:                 q0 is a branch point (the rank of Phi_q is lower "
+                     f"there than around it; the motion of {', '.join(branch)} is not "
+                     f"determined): simulations from q0 are refused")
     print("\n".join(lines))
     return 0
 

@@ -86,6 +86,7 @@ def simulate_batch(
     """
     t0 = time.perf_counter()
     q0, qd0 = K.release_state(mech, q0, qd0)
+    refuse_branch_point(mech, q0)
     problem = make_problem(mech, dt, coords, integrator, indices, q0, settings, forces)
     first = problem
     dt = problem.settings.dt
@@ -190,6 +191,20 @@ def failure(
             partial=partial)
         return err
     return exc
+
+
+def refuse_branch_point(mech: Mechanism, q0: ArrayLike) -> None:
+    """Raise :class:`~mbfg.errors.LockupError` at t = 0 if the motion starts at a branch point
+    (:func:`mbfg.model.kinematics.branch_point`): the equations of motion do not determine
+    which branch it takes, and the model built there counts a wrong number of degrees of
+    freedom."""
+    names = K.branch_point(mech, q0)
+    if names:
+        raise LockupError(
+            f"the motion starts at a branch point: the constraints lose rank at q0 (the "
+            f"mechanism has {mech.dof} degrees of freedom there instead of fewer around it), so "
+            f"the motion of {', '.join(names)} is not determined; start from a configuration "
+            f"off the branch point", time=0.0, coordinates=names)
 
 
 LOCKUP_RATIO = 1e-6
@@ -314,6 +329,7 @@ def simulate_smoother(
     """
     t0 = time.perf_counter()
     q0, qd0 = K.release_state(mech, q0, qd0)
+    refuse_branch_point(mech, q0)
     problem = make_problem(mech, dt, coords, integrator, indices, q0, settings, forces)
     dt = problem.settings.dt
     N = int(round(t_end / dt))
@@ -335,4 +351,5 @@ def simulate_smoother(
 
 
 __all__ = ["simulate_batch", "simulate_smoother", "make_problem", "failure", "explicit_guess",
+           "refuse_branch_point",
            "trajectory_result", "LOCKUP_RATIO"]

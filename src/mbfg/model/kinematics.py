@@ -266,6 +266,45 @@ def release_state(
     return q0, qd0
 
 
+def branch_point(mech: Mechanism, q: ArrayLike, *, probes: int = 3) -> tuple[str, ...]:
+    """The coordinates whose motion is not determined if ``q`` is a branch point, else ().
+
+    A branch point (a change point of a Grashof four-bar, the collinear configuration of a
+    parallelogram) is a configuration on the constraint manifold where Phi_q has a lower rank
+    than at the configurations around it, so more motions are allowed there than anywhere
+    else and the motion through it is not determined by the equations (Eqs. 5-6).  Test: the
+    rank of Phi_q in the coordinates' own scales (:func:`mbfg.model.scales.coordinate_scales`)
+    at q against its rank at ``probes`` nearby configurations on the manifold, reached by a
+    seeded step of 1e-3 of the coordinates' scales along the null space of Phi_q(q) and the
+    position problem.  Redundant constraints (rank-deficient everywhere) are not branch points.
+
+    Returns the names of the coordinates that dominate the extra null-space direction.
+    """
+    q = np.asarray(q, float)
+    c = coordinate_scales(mech)
+    J = C.constraint_jacobian(mech, q) * c
+    if J.shape[0] == 0:
+        return ()
+    _, sv, Vt = np.linalg.svd(J)
+    rank = int(np.sum(sv > RANK_RTOL * sv[0]))
+    null = Vt[rank:]
+    rng = np.random.default_rng(0)
+    for _ in range(probes):
+        step = (rng.normal(size=null.shape[0]) @ null) * c
+        step *= 1e-3 / max(float(np.max(np.abs(step / c))), np.finfo(float).tiny)
+        qp, ok = solve_positions_batch(mech, q + step)
+        if not ok[0]:
+            continue
+        Jp = C.constraint_jacobian(mech, qp[0]) * c
+        sp = np.linalg.svd(Jp, compute_uv=False)
+        if int(np.sum(sp > RANK_RTOL * sp[0])) > rank:
+            # the constraint direction that degenerates at q: the (rank+1)-th right singular
+            # vector nearby, small there and zero at q
+            lost = np.abs(np.linalg.svd(Jp)[2][rank])
+            return tuple(mech.coordinate_names[i] for i in np.flatnonzero(lost >= 0.3 * lost.max()))
+    return ()
+
+
 def point_coordinate_indices(mech: Mechanism, point: int) -> tuple:
     """Indices of (x, y) of a non-fixed point in q."""
     ix, iy = (int(i) for i in mech.point_coords[point])
@@ -421,7 +460,7 @@ __all__ = [
     "check_independent_coordinates", "velocity_transform", "velocity_sensitivity",
     "null_space_basis",
     "solve_velocity", "acceleration_rhs", "solve_acceleration", "project_velocity",
-    "release_state",
+    "release_state", "branch_point",
     "point_coordinate_indices", "inverse_kinematics_point_path", "solve_positions_batch",
     "project_velocities_batch"
 ]

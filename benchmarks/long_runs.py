@@ -1,0 +1,96 @@
+"""Long runs on mechanisms nobody tuned on: does the default ``mbfg.simulate`` (fixed-lag
+smoother, window 2, dependent coordinates, dt = 1 ms) reach the end of a long horizon on one
+generated mechanism of every family, and how much energy does it drift?
+
+For each mechanism (``mbfg.testing.random_mechanisms(count, seed)``, seed 77 by default,
+never used for tuning), released from rest under gravity for ``--t-end`` seconds, in its own
+process (separate memory peaks):
+
+* status: finished, or the error and the time it stopped at;
+* wall time and ms/step; peak resident memory of the process [MB];
+* energy drift: max |E(t) - E(0)| divided by the peak kinetic energy (no applied forces, so
+  E = T + V is conserved by the equations of motion);
+* max |Phi_i| / scale_i over the run (distance to the manifold relative to the size).
+
+    python benchmarks/long_runs.py [--t-end 100] [--count 17] [--seed 77] [--jobs 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import machine_info  # noqa: E402
+
+WORKER = r"""
+import json, resource, sys, time
+import numpy as np
+import mbfg
+from mbfg.errors import MbfgError
+from mbfg.model import constraints as C
+from mbfg.model.inertia import kinetic_energy, potential_energy
+from mbfg.model.scales import constraint_scales
+from mbfg.testing import random_mechanisms
+
+count, seed, i, t_end = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+gen = random_mechanisms(count, seed)[i]
+mech = gen.load()
+t0 = time.perf_counter()
+status, res = "finished", None
+try:
+    res = mbfg.simulate(mech, t_end, 1e-3)
+except MbfgError as exc:
+    status = f"{type(exc).__name__} at t = {getattr(exc, 'time', float('nan')):.3g} s"
+    res = getattr(exc, "partial", None)
+wall = time.perf_counter() - t0
+out = {"name": gen.name, "family": gen.family, "status": status, "wall": wall,
+       "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+if res is not None and len(res.t) > 1:
+    E = kinetic_energy(mech, res.qd) + potential_energy(mech, res.q)
+    K = kinetic_energy(mech, res.qd)
+    phi = np.abs(C.position_constraints(mech, res.q)) / constraint_scales(mech, res.q)
+    out.update(t_reached=float(res.t[-1]), ms_per_step=1e3 * wall / (len(res.t) - 1),
+               drift=float(np.max(np.abs(E - E[0])) / max(float(np.max(K)), 1e-300)),
+               phi=float(np.max(phi)))
+print(json.dumps(out))
+"""
+
+
+def run_one(args, i):
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(args.count), str(args.seed), str(i),
+                           str(args.t_end)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"name": f"#{i}", "family": "?", "status": proc.stderr.strip().splitlines()[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--t-end", type=float, default=100.0)
+    ap.add_argument("--count", type=int, default=17)
+    ap.add_argument("--seed", type=int, default=77)
+    ap.add_argument("--jobs", type=int, default=1)
+    args = ap.parse_args(argv)
+    print(machine_info())
+    print(f"default mbfg.simulate (smoother, window 2, dependent), dt = 1 ms, {args.t_end:g} s; "
+          f"random_mechanisms({args.count}, seed={args.seed})\n")
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        rows = list(pool.map(lambda i: run_one(args, i), range(args.count)))
+    print("| mechanism | status | reached [s] | ms/step | peak RSS [MB] | energy drift / peak KE "
+          "| max Φ / scale |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['name']} | {r['status']} | {r.get('t_reached', float('nan')):.4g} | "
+              f"{r.get('ms_per_step', float('nan')):.2f} | {r.get('rss', float('nan')):.0f} | "
+              f"{r.get('drift', float('nan')):.1e} | {r.get('phi', float('nan')):.1e} |")
+    done = sum(r["status"] == "finished" for r in rows)
+    print(f"\n{done}/{len(rows)} finished")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
