@@ -34,18 +34,20 @@ from mbfg.errors import (ExpressionError, MechanismError, SchemaError, Undefined
 from mbfg.expressions import RESERVED_NAMES, parse
 from mbfg.model.sensors import (SENSOR_TYPES, Accelerometer, AngleEncoder, Distance, Gyroscope,
                                Marker, Sensor, SensorSet)
-from mbfg.model.spec import (BodySpec, FixedSliderSpec, MechanismSpec, MobileSliderSpec, PointSpec,
-                             RelativeAngleSpec)
+from mbfg.model.spec import (BodySpec, FixedSliderSpec, JointFrictionSpec, MechanismSpec,
+                             MobileSliderSpec, MotorSpec, PointSpec, RelativeAngleSpec,
+                             SliderFrictionSpec)
 
 if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
 
-__all__ = ["load_spec", "parse_spec", "read_yaml_text", "build_checked", "mechanism_from_yaml",
+__all__ = ["FRICTION_TYPES", "load_spec", "parse_spec", "read_yaml_text", "build_checked", "mechanism_from_yaml",
            "load_sensors", "parse_sensors", "TOP_LEVEL_KEYS", "CONSTRAINT_TYPES", "RELATIVE_COORDINATE_TYPES",
            "LENGTH_MASS_RTOL"]
 
 TOP_LEVEL_KEYS = ("parameters", "points", "planar_bodies", "relative_coordinates", "constraints",
-                  "gravity")
+                  "gravity", "friction", "motors")
+FRICTION_TYPES = ("joint", "slider")
 POINT_KEYS = ("x", "y", "fixed")
 CONSTRAINT_TYPES = ("fixed_slider", "mobile_slider")
 RELATIVE_COORDINATE_TYPES = ("RelativeAngleAbsoluteDOF",)
@@ -277,9 +279,110 @@ class _Loader:
                              points, env)
         angles = self.relative_coordinates(doc.get("relative_coordinates"), points)
         constraints = self.constraints(doc.get("constraints"), points, env)
+        friction = self.friction(doc.get("friction"), points, bodies, constraints, gravity, env)
+        motors = self.motors(doc.get("motors"), points, angles, env)
         return MechanismSpec(points=points, bodies=bodies, relative_angles=angles,
                              constraints=constraints, gravity=gravity, parameters=parameters,
-                             source=self.r.source)
+                             source=self.r.source, friction=friction, motors=motors)
+
+    def _keys(self, entry: dict, allowed, path: str, what: str) -> None:
+        for key in entry:
+            if key not in allowed:
+                raise self.r.error(SchemaError, f"unknown key {key!r} for {what}"
+                                   f"{_closest(key, allowed)}; valid keys: {', '.join(allowed)}",
+                                   f"{path}.{key}")
+
+    def _nonnegative(self, entry: dict, key: str, path: str, env: dict, what: str) -> float:
+        if key not in entry:
+            return 0.0
+        x = self.expression(entry[key], f"{path}.{key}", env, what)
+        if x < 0:
+            raise self.r.error(SchemaError, f"expected {what} >= 0, got {x:g}", f"{path}.{key}")
+        return x
+
+    def friction(self, value, points, bodies, constraints, gravity, env: dict):
+        if value is None:
+            return ()
+        items = self.sequence(value, "friction", "the list of friction elements")
+        out = []
+        for k, item in enumerate(items):
+            path = f"friction[{k}]"
+            f, kind = self.typed_entry(item, path, "a friction element {type, ...}",
+                                       FRICTION_TYPES, "friction type")
+            units = ("N m s/rad", "N m", "rad/s") if kind == "joint" else ("N s/m", "N", "m/s")
+            viscous = self._nonnegative(f, "viscous", path, env,
+                                        f"the viscous coefficient [{units[0]}]")
+            coulomb = self._nonnegative(f, "coulomb", path, env, f"the Coulomb friction [{units[1]}]")
+            width = None
+            if "width" in f:
+                width = self.expression(f["width"], f"{path}.width", env,
+                                        f"the Coulomb regularization width [{units[2]}]")
+                if not width > 0:
+                    raise self.r.error(SchemaError, f"expected the Coulomb regularization width "
+                                       f"[{units[2]}] > 0, got {width:g}", f"{path}.width")
+            elif coulomb > 0 and gravity[0] == 0 and gravity[1] == 0:
+                raise self.r.error(SchemaError, "without gravity there is no rate scale to derive "
+                                   f"the Coulomb regularization width from; expected 'width' "
+                                   f"[{units[2]}]", path)
+            if kind == "joint":
+                self._keys(f, ("type", "bodies", "viscous", "coulomb", "width"), path, "a joint")
+                pair = self.sequence(self.require(f, "bodies", path, "[body, body] or [ground, body]"),
+                                     f"{path}.bodies", "two bodies [a, b] (a body index or 'ground')")
+                if len(pair) != 2:
+                    raise self.r.error(SchemaError, f"expected two bodies [a, b], got {len(pair)} "
+                                       "items", f"{path}.bodies")
+                ids = []
+                for i, b in enumerate(pair):
+                    if b == "ground":
+                        ids.append(-1)
+                    elif isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < len(bodies):
+                        raise self.r.error(SchemaError, f"expected a body index 0..{len(bodies) - 1} "
+                                           f"or 'ground', got {_type_name(b)}", f"{path}.bodies[{i}]")
+                    else:
+                        ids.append(b)
+                if ids[0] == ids[1]:
+                    raise self.r.error(SchemaError, "the two bodies are the same; expected two "
+                                       "different bodies (or 'ground' and a body)", f"{path}.bodies")
+                shared = [set(bodies[b].points) if b >= 0 else {i for i, p in enumerate(points)
+                                                                if p.fixed} for b in ids]
+                if not shared[0] & shared[1]:
+                    raise self.r.error(SchemaError, "the two bodies share no point, so they form no "
+                                       "revolute joint; expected bodies joined at a common point",
+                                       f"{path}.bodies")
+                out.append(JointFrictionSpec(bodies=tuple(ids), viscous=viscous, coulomb=coulomb,
+                                             width=width))
+            else:
+                self._keys(f, ("type", "constraint", "viscous", "coulomb", "width"), path, "a slider")
+                c = self.require(f, "constraint", path, "the index of a slider in 'constraints'")
+                if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < len(constraints):
+                    raise self.r.error(SchemaError, f"expected the index of a slider in 'constraints' "
+                                       f"(0..{len(constraints) - 1}), got {_type_name(c)}"
+                                       if constraints else "the mechanism has no 'constraints' "
+                                       "(sliders); expected a slider index", f"{path}.constraint")
+                out.append(SliderFrictionSpec(constraint=c, viscous=viscous, coulomb=coulomb,
+                                              width=width))
+        return tuple(out)
+
+    def motors(self, value, points, angles, env: dict):
+        if value is None:
+            return ()
+        names = [f"{a}{i}" for i, p in enumerate(points) if not p.fixed for a in "xy"]
+        names += [f"theta{k}" for k in range(len(angles))]
+        items = self.sequence(value, "motors", "the list of motors")
+        out = []
+        for k, item in enumerate(items):
+            path = f"motors[{k}]"
+            m = self.mapping(item, path, "a motor {coordinate, gain}")
+            self._keys(m, ("coordinate", "gain"), path, "a motor")
+            c = self.require(m, "coordinate", path, "the name of the driven coordinate")
+            if not isinstance(c, str) or c not in names:
+                raise self.r.error(SchemaError, f"unknown coordinate {c!r}"
+                                   f"{_closest(str(c), names)}; expected one of {', '.join(names)}",
+                                   f"{path}.coordinate")
+            gain = self.expression(self.require(m, "gain", path, "the motor gain"), f"{path}.gain",
+                                   env, "the motor gain [N m or N per input unit]")
+            out.append(MotorSpec(coordinate=c, gain=gain))
+        return tuple(out)
 
     def parameters(self, value) -> dict:
         env: dict[str, float] = {}
@@ -535,7 +638,7 @@ def mechanism_from_yaml(text: str, source: str | None = None) -> Mechanism:
 _COMMON_KEYS = ("type", "name", "sigma", "period")
 _TYPE_KEYS = {
     "encoder": ("coordinate", "body", "sigma_deg"),
-    "gyroscope": ("body", "sigma_deg"),
+    "gyroscope": ("body", "sigma_deg", "bias", "bias_deg"),
     "accelerometer": ("body", "point", "axis", "axis_deg"),
     "marker": ("point",),
     "distance": ("points",),
@@ -677,6 +780,13 @@ class _SensorLoader:
             return AngleEncoder(**kw)
         if kind == "gyroscope":
             kw["body"] = self.body(self.base.require(s, "body", path, "a body index"), f"{path}.body")
+            if "bias" in s and "bias_deg" in s:
+                raise self.err("give either bias or bias_deg, not both", f"{path}.bias_deg")
+            if "bias" in s:
+                kw["bias"] = self.number(s["bias"], f"{path}.bias", "the bias in rad/s")
+            elif "bias_deg" in s:
+                kw["bias"] = math.radians(self.number(s["bias_deg"], f"{path}.bias_deg",
+                                                      "the bias in deg/s"))
             return Gyroscope(**kw)
         if kind == "accelerometer":
             kw["body"] = self.body(self.base.require(s, "body", path, "a body index"), f"{path}.body")

@@ -514,3 +514,20 @@ def test_synthesize_respects_periods_and_noise():
     only_q = SensorSet([Marker(point=1, sigma=1.0, period=1000)])
     (steps, values), = only_q.synthesize(mech, t, q, rng=rng)
     np.testing.assert_array_equal(steps, [0, 1000, 2000, 3000, 4000])
+
+
+def test_gyroscope_bias():
+    """A gyroscope's constant bias adds to every reading and leaves its Jacobians; the YAML
+    takes it in rad/s (bias) or deg/s (bias_deg)."""
+    mech = load("fourbar")
+    rng = np.random.default_rng(2)
+    q, qd = mech.q0, rng.normal(size=mech.n)
+    plain, biased = Gyroscope(body=1, sigma=0.01), Gyroscope(body=1, sigma=0.01, bias=0.03)
+    np.testing.assert_allclose(biased.measure(mech, q, qd), plain.measure(mech, q, qd) + 0.03)
+    for slot, J in biased.jacobians(mech, q, qd).items():
+        np.testing.assert_array_equal(J, plain.jacobians(mech, q, qd)[slot])
+    ss = load_sensors("sensors:\n  - {type: gyroscope, body: 1, sigma_deg: 0.5, bias_deg: 2}", mech)
+    assert ss[0].bias == pytest.approx(np.radians(2.0))
+    with pytest.raises(SchemaError, match="either bias or bias_deg"):
+        load_sensors("sensors:\n  - {type: gyroscope, body: 1, sigma: 0.1, bias: 1, bias_deg: 2}",
+                     mech)

@@ -13,6 +13,7 @@ from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
 from mbfg.model.forces import ForceInput, forces_at
+from mbfg.model.nonconservative import require_frictionless
 from mbfg.model.partition import partition_along
 from mbfg.results import Stats, TrajectoryResult
 from mbfg.solvers.batch import optimize
@@ -85,6 +86,7 @@ def simulate_batch(
         With ``partial``: the trajectory up to the last converged segment.
     """
     t0 = time.perf_counter()
+    require_frictionless(mech, "the factor-graph simulation")
     q0, qd0 = K.release_state(mech, q0, qd0)
     refuse_branch_point(mech, q0)
     problem = make_problem(mech, dt, coords, integrator, indices, q0, settings, forces)
@@ -328,6 +330,7 @@ def simulate_smoother(
     seconds, ms_per_step, steps.
     """
     t0 = time.perf_counter()
+    require_frictionless(mech, "the factor-graph simulation")
     q0, qd0 = K.release_state(mech, q0, qd0)
     refuse_branch_point(mech, q0)
     problem = make_problem(mech, dt, coords, integrator, indices, q0, settings, forces)

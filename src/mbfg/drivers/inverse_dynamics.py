@@ -14,6 +14,7 @@ from mbfg.graphs.inverse import InverseProblem, InverseSettings
 from mbfg.trajectories import uniform_step
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
+from mbfg.model.nonconservative import require_frictionless
 from mbfg.results import Stats, TrajectoryResult
 from mbfg.solvers.batch import optimize
 
@@ -106,6 +107,7 @@ def solve_inverse_dynamics(
     has per-stage iterations and times and the largest following error.
     """
     t0 = time.perf_counter()
+    require_frictionless(mech, "the factor-graph inverse dynamics")
     t = np.asarray(t, float)
     desired = np.asarray(desired, float).reshape(t.size, -1)
     imposed = tuple(int(i) for i in imposed)

@@ -203,6 +203,13 @@ class Mechanism:
         M, Qg = assemble_mass_matrix_and_gravity(self)
         return _freeze(M), _freeze(Qg)
 
+    @cached_property
+    def friction_elements(self) -> tuple:
+        """The friction elements of the YAML ``friction:`` list
+        (:func:`mbfg.model.nonconservative.friction_elements`)."""
+        from mbfg.model.nonconservative import friction_elements
+        return friction_elements(self)
+
     def with_parameters(self, pi: np.ndarray | None = None, **by_name: Any) -> "Mechanism":
         """The same mechanism with other physical parameters; see
         :func:`mbfg.model.parameters.with_parameters`."""

@@ -234,9 +234,11 @@ class AngleEncoder(Sensor):
 class Gyroscope(Sensor):
     """Gyroscope on a body [rad/s]: h = (d_x ddot_y - d_y ddot_x) / (d_x^2 + d_y^2), with
     d = r1 - r0 and its current squared length.  This is d/dt atan2(d_y, d_x), which for a
-    rigid body (|d| = L constant) is its angular rate omega (counter-clockwise positive)."""
+    rigid body (|d| = L constant) is its angular rate omega (counter-clockwise positive),
+    plus a constant ``bias`` [rad/s] (default 0)."""
 
     body: int
+    bias: float = 0.0
 
     kind = "gyroscope"
 
@@ -245,7 +247,7 @@ class Gyroscope(Sensor):
         return ("q", "v")
 
     def _describe(self):
-        return f"gyroscope(body {self.body})"
+        return f"gyroscope(body {self.body}" + (f", bias {self.bias:g} rad/s)" if self.bias else ")")
 
     def validate(self, mech: Mechanism) -> None:
         _check_body(mech, self.body)
@@ -263,7 +265,7 @@ class Gyroscope(Sensor):
         self, mech: Mechanism, q: ArrayLike, qd: ArrayLike | None = None, qdd: ArrayLike | None = None
     ) -> np.ndarray:
         _, _, _, s, c = self._parts(mech, q, qd)
-        return (c / s)[..., None]
+        return (c / s)[..., None] + self.bias
 
     def jacobians(
         self, mech: Mechanism, q: ArrayLike, qd: ArrayLike | None = None, qdd: ArrayLike | None = None

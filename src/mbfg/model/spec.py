@@ -64,6 +64,37 @@ class MobileSliderSpec:
 
 
 @dataclass(frozen=True)
+class JointFrictionSpec:
+    """Friction at the revolute joint between ``bodies`` (a body index, or -1 for the ground):
+    a torque -(viscous w + coulomb tanh(w / width)) on the second body and its opposite on the
+    first, w their relative angular rate [rad/s].  ``viscous`` [N m s/rad] >= 0, ``coulomb``
+    [N m] >= 0, ``width`` [rad/s] > 0 or None (derived from the mechanism's scales)."""
+    bodies: tuple[int, int]
+    viscous: float = 0.0
+    coulomb: float = 0.0
+    width: float | None = None
+
+
+@dataclass(frozen=True)
+class SliderFrictionSpec:
+    """Friction along the slider ``constraints[constraint]``: a force -(viscous s' + coulomb
+    tanh(s' / width)) on the sliding point along the line and its opposite on the line's body,
+    s' the sliding rate [m/s].  ``viscous`` [N s/m], ``coulomb`` [N], ``width`` [m/s] or None."""
+    constraint: int
+    viscous: float = 0.0
+    coulomb: float = 0.0
+    width: float | None = None
+
+
+@dataclass(frozen=True)
+class MotorSpec:
+    """A motor on coordinate ``coordinate`` (its name): generalized force ``gain * u(t)``
+    [N m or N] for the recorded input u (one input per motor, in file order)."""
+    coordinate: str
+    gain: float
+
+
+@dataclass(frozen=True)
 class MechanismSpec:
     """Everything the YAML file says, evaluated.
 
@@ -76,9 +107,11 @@ class MechanismSpec:
     gravity: tuple[float, float] = (0.0, -9.81)
     parameters: dict = field(default_factory=dict)
     source: str | None = None
+    friction: tuple[JointFrictionSpec | SliderFrictionSpec, ...] = ()
+    motors: tuple[MotorSpec, ...] = ()
 
 
 __all__ = [
     "PointSpec", "BodySpec", "RelativeAngleSpec", "FixedSliderSpec", "MobileSliderSpec",
-    "MechanismSpec"
+    "JointFrictionSpec", "SliderFrictionSpec", "MotorSpec", "MechanismSpec"
 ]

@@ -1,0 +1,154 @@
+"""Joint and slider friction and motors (YAML ``friction:``/``motors:``,
+mbfg.model.nonconservative): exact Jacobians, dissipation, the energy balance of the
+classical integrator, motors as generalized forces, and the loader's errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mbfg
+from mbfg.errors import SchemaError
+from mbfg.model.inertia import kinetic_energy, potential_energy
+from mbfg.model.integrate import integrate_reference, integrate_trapezoidal
+from mbfg.model.nonconservative import (friction_force_jacobians, friction_forces,
+                                        motor_forces, sliding_rates)
+from mbfg.model.sensors import Gyroscope
+from mbfg.resources import mechanism_path
+from mbfg.testing import check_jacobian
+
+QUICK_RETURN_FRICTION = """
+friction:
+  - {type: joint, bodies: [ground, 0], viscous: 0.02, coulomb: 0.01, width: 0.5}
+  - {type: joint, bodies: [ground, 1], viscous: 0.05}
+  - {type: slider, constraint: 0, viscous: 3.0, coulomb: 0.4, width: 0.2}
+motors:
+  - {coordinate: theta0, gain: 5.0}
+"""
+SLIDER_CRANK_FRICTION = """
+friction:
+  - {type: joint, bodies: [0, 1], viscous: 0.01, coulomb: 0.02, width: 0.5}
+  - {type: slider, constraint: 0, viscous: 2.0, coulomb: 0.5, width: 0.1}
+"""
+
+
+def with_yaml(name: str, extra: str):
+    text = mechanism_path(name).read_text(encoding="utf-8") + extra
+    return mbfg.mechanism_from_yaml(text, f"{name}+friction")
+
+
+CASES = {"quick-return": QUICK_RETURN_FRICTION, "slider-crank": SLIDER_CRANK_FRICTION}
+
+
+def _states(mech, rng, count=4):
+    for _ in range(count):
+        q = mech.q0 + 0.05 * rng.normal(size=mech.n)
+        qd = rng.normal(size=mech.n)
+        yield q, qd
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_friction_jacobians_match_central_differences(name):
+    mech = with_yaml(name, CASES[name])
+    rng = np.random.default_rng(3)
+    for q, qd in _states(mech, rng):
+        Q, dq, dqd = friction_force_jacobians(mech, q, qd)
+        np.testing.assert_allclose(Q, friction_forces(mech, q, qd), rtol=1e-14, atol=1e-14)
+        check_jacobian(lambda x: friction_forces(mech, x, qd), q, dq, name="dQ_f/dq")
+        check_jacobian(lambda x: friction_forces(mech, q, x), qd, dqd, name="dQ_f/dqdot")
+    # batched evaluation equals the per-state one
+    qs, qds = map(np.array, zip(*_states(mech, rng)))
+    Qb, dqb, dqdb = friction_force_jacobians(mech, qs, qds)
+    for i in range(len(qs)):
+        Qi, dqi, dqdi = friction_force_jacobians(mech, qs[i], qds[i])
+        np.testing.assert_allclose(Qb[i], Qi, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(dqb[i], dqi, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_friction_never_adds_power(name):
+    mech = with_yaml(name, CASES[name])
+    for q, qd in _states(mech, np.random.default_rng(5), count=20):
+        assert friction_forces(mech, q, qd) @ qd <= 1e-12
+
+
+def test_joint_rate_is_the_relative_angular_rate():
+    """A joint's sliding rate is omega_b - omega_a, the bodies' rates as the gyroscope reads
+    them (body-to-ground: omega_b)."""
+    mech = with_yaml("slider-crank", SLIDER_CRANK_FRICTION + """
+  - {type: joint, bodies: [ground, 0], viscous: 1.0}
+""")
+    q, qd = next(_states(mech, np.random.default_rng(1)))
+    w0 = Gyroscope(body=0, sigma=1.0).measure(mech, q, qd)[0]
+    w1 = Gyroscope(body=1, sigma=1.0).measure(mech, q, qd)[0]
+    s = sliding_rates(mech, q, qd)
+    np.testing.assert_allclose(s[[0, 2]], [w1 - w0, w0], rtol=1e-12)
+    np.testing.assert_allclose(s[1], qd[mech.coordinate_index("x2")], rtol=1e-12)  # slider on x
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_reference_energy_balance_with_friction(name):
+    """Released from rest under gravity with friction, the classical integrator's energy
+    falls by exactly the work of the friction forces: E(t) - E(0) = int Q_f . qdot dt (an
+    independent physical check of the forces and their use in the integrator)."""
+    mech = with_yaml(name, CASES[name])
+    ref = integrate_reference(mech, 1.0, 1e-3, rtol=1e-11, atol=1e-11)
+    E = kinetic_energy(mech, ref.qd) + potential_energy(mech, ref.q)
+    power = np.einsum("ti,ti->t", friction_forces(mech, ref.q, ref.qd), ref.qd)
+    work = np.concatenate([[0.0], np.cumsum(0.5 * (power[1:] + power[:-1]) * 1e-3)])
+    swing = np.ptp(potential_energy(mech, ref.q))
+    assert work[-1] < -1e-3 * swing                         # friction matters
+    assert np.abs(E - E[0] - work).max() <= 1e-4 * swing    # quadrature error of the check
+    floor = integrate_trapezoidal(mech, 1.0, 1e-3)
+    assert np.abs(floor.q - ref.q).max() <= 1e-3 * 0.5      # the floor honours friction too
+
+
+def test_motor_is_a_generalized_force_on_its_coordinate():
+    mech = with_yaml("quick-return", QUICK_RETURN_FRICTION)
+    k = mech.coordinate_index("theta0")
+    Q = motor_forces(mech, [0.3])
+    assert Q[k] == pytest.approx(5.0 * 0.3) and np.count_nonzero(Q) == 1
+
+    def u(t):
+        return [0.4 * np.sin(3 * t)]
+    by_input = integrate_reference(mech, 0.5, 1e-3, inputs=u, rtol=1e-11, atol=1e-11)
+    by_force = integrate_reference(mech, 0.5, 1e-3, forces=lambda t: motor_forces(mech, u(t)),
+                                   rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(by_input.q, by_force.q, rtol=0, atol=1e-12)
+    idle = integrate_reference(mech, 0.5, 1e-3, rtol=1e-11, atol=1e-11)
+    assert np.abs(idle.q - by_input.q).max() > 1e-3
+
+
+@pytest.mark.parametrize("extra, path, message", [
+    ("friction:\n  - {type: hinge, bodies: [0, 1]}", "friction[0].type", "unknown friction type"),
+    ("friction:\n  - {type: joint, bodies: [ground, 1]}", "friction[0].bodies", "share no point"),
+    ("friction:\n  - {type: joint, bodies: [0, 0]}", "friction[0].bodies", "the same"),
+    ("friction:\n  - {type: joint, bodies: [0, 7]}", "friction[0].bodies[1]", "body index"),
+    ("friction:\n  - {type: joint, bodies: [0, 1], viscous: -1}", "friction[0].viscous", ">= 0"),
+    ("friction:\n  - {type: joint, bodies: [0, 1], width: 0}", "friction[0].width", "> 0"),
+    ("friction:\n  - {type: slider, constraint: 3}", "friction[0].constraint", "slider"),
+    ("friction:\n  - {type: joint, bodies: [0, 1], damping: 1}", "friction[0].damping", "unknown key"),
+    ("motors:\n  - {coordinate: theta7, gain: 1}", "motors[0].coordinate", "unknown coordinate"),
+    ("motors:\n  - {coordinate: x1}", "motors[0].gain", "gain"),
+    ("gravity: [0, 0]\nfriction:\n  - {type: joint, bodies: [0, 1], coulomb: 1}", "friction[0]",
+     "width"),
+])
+def test_bad_friction_and_motor_entries(extra, path, message):
+    text = mechanism_path("slider-crank").read_text(encoding="utf-8").replace(
+        "gravity: [0, -9.81]\n", "") + extra + "\n"
+    with pytest.raises(SchemaError, match=message) as info:
+        mbfg.mechanism_from_yaml(text, "bad.yaml")
+    assert info.value.path == path
+
+
+def test_solvers_without_friction_support_refuse_it():
+    """Until the factor graphs model friction, every solver that would ignore it refuses a
+    mechanism that has it (instead of returning a frictionless motion)."""
+    from mbfg.errors import UsageError
+    mech = with_yaml("slider-crank", SLIDER_CRANK_FRICTION)
+    for run in (lambda: mbfg.simulate(mech, 0.01, 1e-3),
+                lambda: mbfg.simulate(mech, 0.01, 1e-3, solver="batch"),
+                lambda: mbfg.estimate(mech, [], [], 1e-3, 10, method="ekf"),
+                lambda: mbfg.solve_inverse_dynamics(mech, np.arange(3) * 1e-3,
+                                                    np.zeros((3, 1)), [4])):
+        with pytest.raises(UsageError, match="friction"):
+            run()
