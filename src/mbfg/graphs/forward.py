@@ -32,6 +32,7 @@ from mbfg.graphs.layout import StepLayout, dependent_layout, independent_layout
 from mbfg.graphs.links import IntegratorLinks
 from mbfg.model.dynamics import forward_dynamics
 from mbfg.model.forces import forces_at
+from mbfg.model.nonconservative import friction_force_jacobians, friction_forces
 from mbfg.model.partition import best_coordinates, partition_along
 from mbfg.model.scales import mechanism_scales
 
@@ -93,7 +94,11 @@ class _AppliedForces:
         """Accelerations (n,) of the model at (q, v) and step ``step`` (Eq. 6): the initial
         guess of a solver."""
         Q = self.applied_forces(np.array([step]))
-        return forward_dynamics(self.mech, q, v, None if Q is None else Q[0])
+        Q = None if Q is None else Q[0]
+        if self.mech.friction_elements:
+            Qf = friction_forces(self.mech, q, v)
+            Q = Qf if Q is None else Q + Qf
+        return forward_dynamics(self.mech, q, v, Q)
 
 
 class ForwardProblem(_AppliedForces):
@@ -238,6 +243,8 @@ class ForwardProblem(_AppliedForces):
         if steps.size > 1:
             energy = (mech.mass_matrix(), mech.gravity_forces(), Q,
                       self.scales.energy(self.settings.dt))
+            if mech.friction_elements:
+                energy += (lambda q, v: friction_force_jacobians(mech, q, v),)
             terms.append(IntegratorLinks(lay, rows[:-1], self.settings.dt,
                                          self.settings.integrator, slots, idx, scale, energy,
                                          energy_rows=with_energy))

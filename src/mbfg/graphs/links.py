@@ -11,6 +11,8 @@ xdd = acceleration slots restricted to those coordinates:
       r2 = xd_{k+1} - xd_k - dt/2 (xdd_k + xdd_{k+1}) - alpha_{k+1} (xd_k + xd_{k+1}) / 2
       r3 = E(q_{k+1}, v_{k+1}) - E(q_k, v_k) - dt/4 (v_k + v_{k+1}) . (Q_k + Q_{k+1})
 
+  (Q_k includes the friction forces at step k, Q_f(q_k, v_k), when the mechanism has any)
+
   with E = 1/2 v^T M v - Q_g^T q the mechanical energy (M constant and Q_g linear in
   natural coordinates) and Q the applied forces.  r3 is the discrete energy balance the
   unconstrained trapezoidal rule satisfies; ``alpha`` (one scalar slot per step) is the
@@ -52,8 +54,11 @@ class IntegratorLinks(BatchTerm):
         Components of those slots integrated by each link.
     scale : (T, d) float
         Scale of each integrated coordinate [m or rad].
-    energy : tuple (M (n, n), Q_g (n,), Q (T + 1, n) or None, energy scale [J]) or None
-        The energy row (trapezoidal only); Q are the applied forces at rows0[0] .. rows0[-1]+1.
+    energy : tuple (M (n, n), Q_g (n,), Q (T + 1, n) or None, energy scale [J][, friction])
+        The energy row (trapezoidal only); Q are the applied forces at rows0[0] .. rows0[-1]+1;
+        ``friction`` (optional): (q, v) -> (Q_f, dQ_f/dq, dQ_f/dv) of state-dependent forces
+        (:func:`mbfg.model.nonconservative.friction_force_jacobians`), whose work enters the
+        balance at both ends of the link.
     energy_rows : (T,) bool, optional
         Links that carry the energy row (default all); on the others it has zero weight and
         their alpha must be held by a prior.
@@ -112,11 +117,15 @@ class IntegratorLinks(BatchTerm):
                 A1[t, d + self._r, self._vel] -= 0.5 * alpha[:, None]
                 A1[:, d:2 * d, lay.offset("alpha")] = -vbar
         if self.energy is not None:
-            M, Qg, Q, _ = self.energy
+            M, Qg, Q, _ = self.energy[:4]
+            friction = self.energy[4] if len(self.energy) > 4 else None
             q0, q1 = x0[:, lay.slice("q")], x1[:, lay.slice("q")]
             v0, v1 = x0[:, lay.slice("v")], x1[:, lay.slice("v")]
             Mv0, Mv1 = v0 @ M, v1 @ M
-            fw = 0.0 if Q is None else 0.25 * dt * (Q[:-1] + Q[1:])
+            fw = np.zeros_like(v0) if Q is None else 0.25 * dt * (Q[:-1] + Q[1:])
+            if friction is not None:  # state-dependent forces: Q_f(q_k, v_k), Q_f(q_k+1, ...)
+                F0, F1 = friction(q0, v0), friction(q1, v1)
+                fw = fw + 0.25 * dt * (F0[0] + F1[0])
             e[:, 2 * d] = (0.5 * (np.sum(v1 * Mv1, axis=1) - np.sum(v0 * Mv0, axis=1))
                            - (q1 - q0) @ Qg - np.sum((v0 + v1) * fw, axis=1))
             if jacobians:
@@ -124,6 +133,12 @@ class IntegratorLinks(BatchTerm):
                 A1[:, 2 * d, lay.slice("q")] = -Qg
                 A0[:, 2 * d, lay.slice("v")] = -Mv0 - fw
                 A1[:, 2 * d, lay.slice("v")] = Mv1 - fw
+                if friction is not None:
+                    vs = 0.25 * dt * (v0 + v1)
+                    A0[:, 2 * d, lay.slice("q")] -= np.einsum("ti,tij->tj", vs, F0[1])
+                    A0[:, 2 * d, lay.slice("v")] -= np.einsum("ti,tij->tj", vs, F0[2])
+                    A1[:, 2 * d, lay.slice("q")] -= np.einsum("ti,tij->tj", vs, F1[1])
+                    A1[:, 2 * d, lay.slice("v")] -= np.einsum("ti,tij->tj", vs, F1[2])
         return e, A0, A1
 
     def blocks(self, X: ArrayLike) -> tuple:
