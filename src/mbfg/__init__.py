@@ -74,6 +74,7 @@ def simulate(
     q0: ArrayLike | None = None,
     qd0: ArrayLike | None = None,
     forces: ForceInput | None = None,
+    inputs: ForceInput | None = None,
     progress: Callable | None = None,
 ) -> TrajectoryResult:
     """Forward dynamics of ``mech`` released at (q0, qd0) (default: its assembled ``q0`` at
@@ -84,19 +85,21 @@ def simulate(
     :func:`mbfg.drivers.forward_dynamics.simulate_batch`); both solve the same energy-consistent graph
     (docs/theory.md, section 5).  ``forces``: applied generalized forces besides gravity
     [N, N m], None, (n,) or a callable of the time t [s] returning (n,)
-    (:mod:`mbfg.model.forces`, the convention of every driver).  Returns a frozen
+    (:mod:`mbfg.model.forces`, the convention of every driver); ``inputs``: the inputs of the
+    mechanism's motors (YAML ``motors:``), (k,) or a callable of t; friction (YAML
+    ``friction:``) always acts.  Returns a frozen
     :class:`~mbfg.results.TrajectoryResult` (t, q, qd, qdd, Q as arrays).  Raises
     :class:`~mbfg.errors.ConvergenceError` or :class:`~mbfg.errors.LockupError`, whose
     ``partial`` holds the trajectory computed before the failure."""
     if solver == "smoother":
         from mbfg.drivers.forward_dynamics import simulate_smoother
         return simulate_smoother(mech, t_end, dt, coords=coords, integrator=integrator,
-                                 window=window, q0=q0, qd0=qd0, forces=forces,
+                                 window=window, q0=q0, qd0=qd0, forces=forces, inputs=inputs,
                                  progress=progress)
     if solver == "batch":
         from mbfg.drivers.forward_dynamics import simulate_batch
         return simulate_batch(mech, t_end, dt, coords=coords, integrator=integrator, q0=q0,
-                              qd0=qd0, forces=forces, progress=progress)
+                              qd0=qd0, forces=forces, inputs=inputs, progress=progress)
     raise errors.UsageError(f"solver must be 'smoother' or 'batch', got {solver!r}")
 
 

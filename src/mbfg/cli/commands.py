@@ -14,7 +14,7 @@ from mbfg.errors import DataError, MbfgError, SolverError, UsageError
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from typing import Any
 
     from numpy.typing import ArrayLike
@@ -228,6 +228,19 @@ def energy_report(mech: Mechanism, res: TrajectoryResult) -> str:
             + relative)
 
 
+def read_inputs(path: str, mech: Mechanism) -> Callable[[float], np.ndarray]:
+    """The motors' inputs from rows ``t u_1 ... u_k`` (one column per YAML motor), as a
+    function of time (linear interpolation, held outside the samples)."""
+    from mbfg.io import read_trajectory
+    from mbfg.model.nonconservative import sampled_inputs
+    k = len(mech.spec.motors)
+    if k == 0:
+        raise UsageError(f"--inputs was given but {mech.source or 'the mechanism'} has no "
+                         f"motors; expected a 'motors:' list in its YAML")
+    t, u = read_trajectory(path, columns=k)
+    return sampled_inputs(t, u)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     import mbfg
     from mbfg.progress import ProgressBar
@@ -240,6 +253,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     mech = mbfg.load_mechanism(args.mechanism)
     steps = check_horizon(mech, t_end, dt)
     check_window(args.window, steps + 1, what=" (--t-end / --dt + 1)")
+    inputs = read_inputs(args.inputs, mech) if args.inputs else None
     bar = ProgressBar(f"simulate ({args.solver})", enabled=False if args.quiet else None)
     try:
         with numerics("the simulation"):
@@ -247,11 +261,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 from mbfg.drivers.forward_dynamics import simulate_smoother
                 res = simulate_smoother(mech, t_end, dt, coords=args.coords,
                                         integrator=args.integrator, window=args.window,
-                                        progress=bar)
+                                        inputs=inputs, progress=bar)
             else:
                 from mbfg.drivers.forward_dynamics import simulate_batch
                 res = simulate_batch(mech, t_end, dt, coords=args.coords,
-                                     integrator=args.integrator, progress=bar)
+                                     integrator=args.integrator, inputs=inputs, progress=bar)
         check_finite("the simulation", res.t, q=res.q, qd=res.qd, qdd=res.qdd)
     except MbfgError as exc:
         partial = getattr(exc, "partial", None)
@@ -459,6 +473,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--dt", type=float, default=1e-3, help="time step [s] (default 0.001)")
     s.add_argument("--solver", choices=["smoother", "batch"], default="smoother")
     s.add_argument("--window", type=int, default=2, help="fixed-lag window N_w (default 2)")
+    s.add_argument("--inputs", help="rows 't u1 ... uk' of the inputs of the mechanism's k "
+                   "motors (YAML motors:), interpolated linearly in time")
     _add_model_options(s)
     _add_output_options(s)
     s.set_defaults(func=cmd_simulate)
@@ -509,7 +525,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=cmd_estimate)
 
 
-__all__ = ["cmd_simulate", "cmd_inverse", "cmd_synthesize", "cmd_estimate", "register",
+__all__ = ["read_inputs", "cmd_simulate", "cmd_inverse", "cmd_synthesize", "cmd_estimate", "register",
            "parse_coordinates", "check_horizon", "check_step", "check_window", "check_output",
            "check_plot", "check_finite", "numerics", "energy_report", "physical_memory",
            "RESULT_SUFFIXES", "MEMORY_FACTOR", "ESTIMATE_WINDOW"]

@@ -13,7 +13,7 @@ from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
 from mbfg.model.forces import ForceInput, forces_at
-from mbfg.model.nonconservative import friction_forces
+from mbfg.model.nonconservative import friction_forces, with_inputs
 from mbfg.model.partition import partition_along
 from mbfg.results import Stats, TrajectoryResult
 from mbfg.solvers.batch import optimize
@@ -59,6 +59,7 @@ def simulate_batch(
     segment: int | None = 500,
     progress: Callable | None = None,
     forces: ForceInput | None = None,
+    inputs: ForceInput | None = None,
 ) -> TrajectoryResult:
     """Forward dynamics as batch factor graphs, solved by Gauss-Newton.
 
@@ -73,7 +74,8 @@ def simulate_batch(
     and the length grows back after each success.
 
     ``forces``: None, (n,) or callable t -> (n,), applied generalized forces besides gravity
-    [N, N m] (:mod:`mbfg.model.forces`).
+    [N, N m] (:mod:`mbfg.model.forces`).  ``inputs``: the motors' inputs (k,) or t -> (k,)
+    (YAML ``motors:``, :func:`mbfg.model.nonconservative.with_inputs`); friction always acts.
 
     Independent coordinates: a segment also ends where its independent coordinates would
     become ill-conditioned on the initial estimate; the next one starts with the best set
@@ -86,6 +88,7 @@ def simulate_batch(
         With ``partial``: the trajectory up to the last converged segment.
     """
     t0 = time.perf_counter()
+    forces = with_inputs(mech, forces, inputs)
     q0, qd0 = K.release_state(mech, q0, qd0)
     refuse_branch_point(mech, q0)
     problem = make_problem(mech, dt, coords, integrator, indices, q0, settings, forces)
@@ -308,6 +311,7 @@ def simulate_smoother(
     max_iterations: int = 10,
     reselect: float | None = 0.9,
     forces: ForceInput | None = None,
+    inputs: ForceInput | None = None,
 ) -> TrajectoryResult:
     """Forward dynamics step by step with a fixed-lag smoother of ``window`` steps.
 
@@ -319,6 +323,8 @@ def simulate_smoother(
 
     forces : None, (n,) or callable t -> (n,)
         Applied generalized forces besides gravity [N, N m] (:mod:`mbfg.model.forces`).
+    inputs : None, (k,) or callable t -> (k,)
+        Inputs of the mechanism's k motors (YAML ``motors:``); friction always acts.
     progress : callable(done_steps, total_steps), optional
         Called about every 1 % of the steps.
     max_iterations :
@@ -337,6 +343,7 @@ def simulate_smoother(
     seconds, ms_per_step, steps.
     """
     t0 = time.perf_counter()
+    forces = with_inputs(mech, forces, inputs)
     q0, qd0 = K.release_state(mech, q0, qd0)
     refuse_branch_point(mech, q0)
     problem = make_problem(mech, dt, coords, integrator, indices, q0, settings, forces)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FrictionElement", "friction_elements", "friction_forces", "friction_force_jacobians",
            "sliding_rates", "motor_matrix", "motor_forces", "input_function", "AppliedForces",
-           "require_frictionless",
+           "require_frictionless", "with_inputs", "sampled_inputs",
            "DEFAULT_WIDTH_FRACTION"]
 
 DEFAULT_WIDTH_FRACTION = 1e-3
@@ -282,3 +282,32 @@ def require_frictionless(mech: Mechanism, what: str) -> None:
         raise UsageError(f"{what} does not model friction yet, and {mech.source or 'the mechanism'} "
                          f"has {len(friction)} friction element(s); use "
                          f"mbfg.model.integrate.integrate_reference for its motion")
+
+
+def with_inputs(mech: Mechanism, forces: ForceInput, inputs: ForceInput) -> ForceInput:
+    """One time-dependent force input (the :mod:`mbfg.model.forces` convention) of the
+    external ``forces`` plus the motors driven by ``inputs``; ``forces`` itself without motors
+    or inputs."""
+    if inputs is None or not mech.spec.motors:
+        if inputs is not None:
+            from mbfg.errors import UsageError
+            raise UsageError(f"inputs were given but {mech.source or 'the mechanism'} has no "
+                             f"motors; expected a 'motors:' list in its YAML")
+        return forces
+    from mbfg.model.forces import force_function
+    external = force_function(forces, mech.n)
+    motors = input_function(mech, inputs)
+
+    def total(t: float) -> np.ndarray:
+        e = external(t)
+        m = motors(t)
+        return m if e is None else e + m
+    return total
+
+
+def sampled_inputs(t: ArrayLike, u: ArrayLike) -> Callable[[float], np.ndarray]:
+    """Inputs recorded at times ``t`` (T,) [s] as a function of time: linear interpolation
+    between samples, held constant outside.  ``u`` (T, k)."""
+    t = np.asarray(t, float)
+    u = np.asarray(u, float).reshape(t.size, -1)
+    return lambda tt: np.array([np.interp(float(tt), t, u[:, j]) for j in range(u.shape[1])])
