@@ -205,3 +205,35 @@ def test_motor_inputs_drive_the_graph_simulation_and_the_cli(tmp_path):
                           str(u_path)], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "no motors" in bad.stderr
+
+
+def test_synthesize_honours_friction_motor_inputs_and_gyroscope_bias(tmp_path):
+    """`mbfg synthesize --inputs` simulates the prototype with its friction and driven motors
+    and writes readings that include a gyroscope's bias."""
+    import subprocess
+    import sys
+
+    from mbfg.io import read_readings
+    from mbfg.loader import load_sensors
+    from mbfg.model.nonconservative import sampled_inputs
+    mech = with_yaml("quick-return", QUICK_RETURN_FRICTION)
+    yaml_path, u_path = tmp_path / "qr.yaml", tmp_path / "u.txt"
+    yaml_path.write_text(mechanism_path("quick-return").read_text(encoding="utf-8")
+                         + QUICK_RETURN_FRICTION)
+    ts = np.linspace(0.0, 0.3, 31)
+    us = 0.4 * np.cos(5 * ts)[:, None]
+    np.savetxt(u_path, np.column_stack([ts, us]))
+    sensors_path = tmp_path / "s.yaml"
+    sensors_path.write_text("sensors:\n  - {type: gyroscope, body: 1, sigma: 1e-9, bias: 0.05}\n")
+    run = subprocess.run([sys.executable, "-m", "mbfg", "synthesize", str(yaml_path), "--sensors",
+                          str(sensors_path), "--t-end", "0.3", "--inputs", str(u_path), "--out",
+                          str(tmp_path / "r.txt"), "--truth", str(tmp_path / "truth.npz")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    ref = integrate_reference(mech, 0.3, 5e-3, inputs=sampled_inputs(ts, us), rtol=1e-11,
+                              atol=1e-11)
+    np.testing.assert_allclose(np.load(tmp_path / "truth.npz")["q"], ref.q, rtol=0, atol=1e-10)
+    sensors = load_sensors(sensors_path, mech)
+    t, readings = read_readings(tmp_path / "r.txt", sensors)
+    rate = Gyroscope(body=1, sigma=1.0).measure(mech, ref.q, ref.qd)[:, 0]
+    np.testing.assert_allclose(readings[0][1][:, 0], rate[readings[0][0]] + 0.05, atol=1e-7)

@@ -364,8 +364,9 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     mech = mbfg.load_mechanism(args.mechanism)
     sensors = load_sensors(args.sensors, mech)
     check_horizon(mech, t_end, dt)
+    inputs = read_inputs(args.inputs, mech) if args.inputs else None
     with numerics("the reference simulation"):
-        truth = integrate_reference(mech, t_end, dt, rtol=1e-11, atol=1e-11)
+        truth = integrate_reference(mech, t_end, dt, inputs=inputs, rtol=1e-11, atol=1e-11)
         check_finite("the reference simulation", truth.t, q=truth.q, qd=truth.qd, qdd=truth.qdd)
         readings = sensors.synthesize(mech, truth.t, truth.q, truth.qd, truth.qdd,
                                       np.random.default_rng(seed))
@@ -501,6 +502,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     y.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
     y.add_argument("--out", required=True, help="readings file: rows 't value...', nan = no reading")
     y.add_argument("--truth", help="also save the true trajectory (.npz)")
+    y.add_argument("--inputs", help="rows 't u1 ... uk' of the inputs of the mechanism's k "
+                   "motors (YAML motors:), interpolated linearly in time")
     y.set_defaults(func=cmd_synthesize)
 
     e = sub.add_parser("estimate", help="estimate the state from noisy sensor readings")
