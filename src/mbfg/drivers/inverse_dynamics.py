@@ -14,7 +14,7 @@ from mbfg.graphs.inverse import InverseProblem, InverseSettings
 from mbfg.trajectories import uniform_step
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
-from mbfg.model.nonconservative import require_frictionless
+from mbfg.model.nonconservative import friction_forces
 from mbfg.results import Stats, TrajectoryResult
 from mbfg.solvers.batch import optimize
 
@@ -107,7 +107,6 @@ def solve_inverse_dynamics(
     has per-stage iterations and times and the largest following error.
     """
     t0 = time.perf_counter()
-    require_frictionless(mech, "the factor-graph inverse dynamics")
     t = np.asarray(t, float)
     desired = np.asarray(desired, float).reshape(t.size, -1)
     imposed = tuple(int(i) for i in imposed)
@@ -150,7 +149,10 @@ def solve_inverse_dynamics(
                 extra.update(zd=v[:, idx], zdd=a[:, idx])
         if stage == 4:
             p = lay.unpack(X)
-            extra = {"Q": D.inverse_dynamics(mech, p["q"], p["v"], p["a"], actuated)[:, list(actuated)]}
+            friction = (friction_forces(mech, p["q"], p["v"]) if mech.friction_elements
+                        else None)
+            extra = {"Q": D.inverse_dynamics(mech, p["q"], p["v"], p["a"], actuated,
+                                             friction)[:, list(actuated)]}
         X = _transfer(X, lay, new_lay, extra)
         lay, terms = problem.terms(stage, desired, hints)
         keys = lay.keys(range(t.size))

@@ -17,7 +17,6 @@ from mbfg.errors import UsageError
 from mbfg.estimation import kalman, particle
 from mbfg.estimation.graph_estimators import (ONLINE_FORCE_SETTINGS, EstimatorSettings,
                                              estimate_batch, estimate_online)
-from mbfg.model.nonconservative import require_frictionless
 from mbfg.results import EstimationResult
 
 if TYPE_CHECKING:
@@ -128,7 +127,6 @@ def estimate(
     EstimationResult
     """
     est = estimator(method)
-    require_frictionless(model, f"the estimator {method!r}")
     if est.accepts("seed"):
         options["seed"] = seed
     if progress is not None and est.accepts("progress"):

@@ -251,7 +251,8 @@ def independent_state(
     """Velocities and accelerations of assembled configurations from independent rates.
 
     qdot = R zdot (Eq. 11), zddot from the dynamics (Eq. 15) with the applied forces ``Q``
-    (gravity always added) unless ``zdd`` is given, and qddot = S c + R zddot (Eq. 12).
+    (gravity and the mechanism's friction always added) unless ``zdd`` is given, and qddot =
+    S c + R zddot (Eq. 12).
 
     Parameters
     ----------
@@ -269,6 +270,10 @@ def independent_state(
     zd = np.asarray(zd, float)
     qd = np.einsum("...ij,...j->...i", R, zd)
     c = -C.take_rows(C.acceleration_bias(mech, q, qd), rows)
+    if mech.friction_elements:  # the mechanism's own friction at (q, qdot)
+        from mbfg.model.nonconservative import friction_forces
+        Qf = friction_forces(mech, q, qd)
+        Q = Qf if Q is None else np.asarray(Q, float) + Qf
     Mbar, zdd_model = _reduced(mech, R, S, c, Q, q.shape[:-1], solve=zdd is None)
     zdd = zdd_model if zdd is None else np.broadcast_to(np.asarray(zdd, float), zd.shape)
     qdd = np.einsum("...ij,...j->...i", S, c) + np.einsum("...ij,...j->...i", R, zdd)
@@ -303,8 +308,20 @@ def manifold_jacobians(
     dqd_dz = velocity_sensitivity(mech, q, qd, R, state.S[k], rows)
     if not accelerations:
         return ManifoldJacobians(dqd_dz, None, None)
-    dj = forward_dynamics_jacobians(mech, q, qd, Q)
-    return ManifoldJacobians(dqd_dz, dj.d_q @ R + dj.d_qd @ dqd_dz, dj.d_qd @ R)
+    d_q, d_qd = _with_friction(mech, q, qd, Q)
+    return ManifoldJacobians(dqd_dz, d_q @ R + d_qd @ dqd_dz, d_qd @ R)
+
+
+def _with_friction(mech: Mechanism, q: np.ndarray, qd: np.ndarray, Q) -> tuple:
+    """dqddot/dq, dqddot/dqdot at one state, the mechanism's friction included (chain rule
+    through dqddot/dQ)."""
+    if not mech.friction_elements:
+        dj = forward_dynamics_jacobians(mech, q, qd, Q)
+        return dj.d_q, dj.d_qd
+    from mbfg.model.nonconservative import friction_force_jacobians
+    Qf, dQf_dq, dQf_dqd = friction_force_jacobians(mech, q, qd)
+    dj = forward_dynamics_jacobians(mech, q, qd, Qf if Q is None else np.asarray(Q, float) + Qf)
+    return dj.d_q + dj.d_Q @ dQf_dq, dj.d_qd + dj.d_Q @ dQf_dqd
 
 
 def independent_dynamics_jacobians(
@@ -319,11 +336,16 @@ def independent_dynamics_jacobians(
 
 
 def inverse_dynamics(
-    mech: Mechanism, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike, actuated: ArrayLike
+    mech: Mechanism,
+    q: ArrayLike,
+    qd: ArrayLike,
+    qdd: ArrayLike,
+    actuated: ArrayLike,
+    Q: ArrayLike | None = None,
 ) -> np.ndarray:
     """Applied forces on the ``actuated`` coordinates that produce ``qdd`` (least squares).
 
-    Solves M qddot + Phi_q^T lambda = Q_g + E Q_a for (lambda, Q_a), E selecting the actuated
+    Solves M qddot + Phi_q^T lambda = Q_g + Q + E Q_a for (lambda, Q_a), E selecting the actuated
     coordinates, with a minimum-norm least-squares solve (redundant constraints make lambda
     non-unique).  Vectorized over leading axes.  Returns the full (..., n) applied-force
     vector (zero off the actuated ones).  Used for initial guesses and cross-checks; the
@@ -334,6 +356,8 @@ def inverse_dynamics(
     E = np.broadcast_to(selection_matrix(mech.n, idx).T, J.shape[:-2] + (mech.n, idx.size))
     A = np.concatenate([np.swapaxes(J, -1, -2), -E], axis=-1)
     b = mech.gravity_forces() - np.asarray(qdd, float) @ mech.mass_matrix().T
+    if Q is not None:  # known applied forces besides the actuated ones (e.g. friction)
+        b = b + np.asarray(Q, float)
     x = np.einsum("...ij,...j->...i", np.linalg.pinv(A), b)
     Q = np.zeros(q.shape[:-1] + (mech.n,))
     Q[..., idx] = x[..., J.shape[-2]:]

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FrictionElement", "friction_elements", "friction_forces", "friction_force_jacobians",
            "sliding_rates", "motor_matrix", "motor_forces", "input_function", "AppliedForces",
-           "require_frictionless", "with_inputs", "sampled_inputs",
+           "with_inputs", "sampled_inputs",
            "DEFAULT_WIDTH_FRACTION"]
 
 DEFAULT_WIDTH_FRACTION = 1e-3
@@ -271,17 +271,6 @@ class AppliedForces:
             return Q, None, None
         Qf, dq, dqd = friction_force_jacobians(self.mech, q, qd)
         return (Qf if Q is None else Q + Qf), dq, dqd
-
-
-def require_frictionless(mech: Mechanism, what: str) -> None:
-    """Raise :class:`~mbfg.errors.UsageError` if ``mech`` has friction, which ``what`` (a
-    solver that does not model it yet) would otherwise silently ignore."""
-    friction = getattr(getattr(mech, "spec", None), "friction", ())
-    if friction:
-        from mbfg.errors import UsageError
-        raise UsageError(f"{what} does not model friction yet, and {mech.source or 'the mechanism'} "
-                         f"has {len(friction)} friction element(s); use "
-                         f"mbfg.model.integrate.integrate_reference for its motion")
 
 
 def with_inputs(mech: Mechanism, forces: ForceInput, inputs: ForceInput) -> ForceInput:
