@@ -431,6 +431,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     settings = _estimator_settings(args, mech, est)
     options = {"window": window, "covariance": args.covariance, "settings": settings}
     options = {k: v for k, v in options.items() if est.accepts(k) and v is not None}
+    if args.inputs:  # the motors' inputs on the readings' clock (the grid starts at t[0])
+        u = read_inputs(args.inputs, mech)
+        t0 = float(t[0])
+        options["inputs"] = lambda tt: u(tt + t0)
     bar = ProgressBar(f"estimate ({est.name})", enabled=False if args.quiet else None)
     try:
         with numerics(f"the estimation ({est.name})"):
@@ -509,6 +513,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("estimate", help="estimate the state from noisy sensor readings")
     e.add_argument("mechanism", help=MECHANISM_HELP + " (the estimator's model)")
     e.add_argument("--sensors", required=True, help="sensors YAML file (docs/sensors.md)")
+    e.add_argument("--inputs", help="rows 't u1 ... uk' of the inputs of the model's k motors "
+                   "(YAML motors:), interpolated linearly in time")
     e.add_argument("--readings", required=True, help="rows 't value...' (nan = no reading), "
                    "as written by 'mbfg synthesize'")
     e.add_argument("--method", default="fg-online",

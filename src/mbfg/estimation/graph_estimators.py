@@ -54,16 +54,17 @@ if TYPE_CHECKING:
 
     from numpy.typing import ArrayLike
 
+    from mbfg.model.forces import ForceInput
     from mbfg.model.mechanism import Mechanism
     from mbfg.model.sensors import Sensor, SensorSet
 
 __all__ = ["estimate_online", "estimate_batch", "EstimatorSettings", "ONLINE_FORCE_SETTINGS"]
 
 
-def _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0):
+def _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0, forces=None):
     est = settings or EstimatorSettings()
     q0, qd0 = K.release_state(model, q0, qd0)
-    problem = ObservedProblem(model, sensors, readings, n_steps, est, dt)
+    problem = ObservedProblem(model, sensors, readings, n_steps, est, dt, forces)
     return est, q0, qd0, problem
 
 
@@ -92,6 +93,7 @@ def estimate_online(
     *,
     window: int = 10,
     settings: EstimatorSettings | None = None,
+    forces: ForceInput | None = None,
     q0: ArrayLike | None = None,
     qd0: ArrayLike | None = None,
     covariance: bool = False,
@@ -114,6 +116,9 @@ def estimate_online(
     settings : EstimatorSettings, optional
     q0, qd0 : (n,), optional
         Initial guess of the state (default: the model's ``q0`` at rest).
+    forces : None, (n,) or callable t -> (n,)
+        Known applied generalized forces besides gravity (:mod:`mbfg.model.forces`), e.g.
+        the motors' forces for recorded inputs; the model's friction always acts.
     covariance : bool
         Also return ``z_std``/``zd_std`` (causal marginal standard deviations).
     progress : callable(done, total), optional
@@ -123,7 +128,8 @@ def estimate_online(
     ``iterations``, ``fallbacks``, ``window``.
     """
     t0 = time.perf_counter()
-    est, q0, qd0, problem = _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0)
+    est, q0, qd0, problem = _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0,
+                                   forces)
     N = int(n_steps)
     lay = problem.layout
     sm = FixedLagSmoother(problem, window, max_iterations=est.max_iterations,
@@ -189,6 +195,7 @@ def estimate_batch(
     n_steps: int,
     *,
     settings: Any = None,
+    forces: ForceInput | None = None,
     q0: ArrayLike | None = None,
     qd0: ArrayLike | None = None,
     covariance: bool = False,
@@ -203,12 +210,13 @@ def estimate_batch(
     ``"fg-batch"``) has the smoothed estimates in both ``q`` and ``q_smoothed``.
     """
     t0 = time.perf_counter()
-    est, q0, qd0, problem = _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0)
+    est, q0, qd0, problem = _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0,
+                                   forces)
     N = int(n_steps)
     lay = problem.layout
     if init is None:
         on = estimate_online(model, sensors, readings, dt, n_steps, window=10, settings=est,
-                             q0=q0, qd0=qd0)
+                             forces=forces, q0=q0, qd0=qd0)
         init = problem.pack(on.q_smoothed, on.qd_smoothed, on.qdd_smoothed)
     steps = np.arange(N)
     keys = lay.keys(steps)

@@ -17,6 +17,7 @@ from mbfg.errors import UsageError
 from mbfg.estimation import kalman, particle
 from mbfg.estimation.graph_estimators import (ONLINE_FORCE_SETTINGS, EstimatorSettings,
                                              estimate_batch, estimate_online)
+from mbfg.model.nonconservative import with_inputs
 from mbfg.results import EstimationResult
 
 if TYPE_CHECKING:
@@ -120,13 +121,16 @@ def estimate(
         Passed to the estimators that report progress.
     **options
         The estimator's own options (``window``, ``settings``, ``covariance``, ``q0``,
-        ``qd0``, ...; see its function).
+        ``qd0``, ``forces``, ...; see its function); ``inputs`` (the motors' inputs, (k,) or
+        a callable of t) become known forces for any estimator.
 
     Returns
     -------
     EstimationResult
     """
     est = estimator(method)
+    if "inputs" in options:  # the motors' inputs become known forces for every estimator
+        options["forces"] = with_inputs(model, options.get("forces"), options.pop("inputs"))
     if est.accepts("seed"):
         options["seed"] = seed
     if progress is not None and est.accepts("progress"):

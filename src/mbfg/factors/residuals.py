@@ -107,7 +107,8 @@ def dynamics_residual(
     """Dynamics factors.
 
     * f_dyn^d (Eq. 26): e = qddot(q, v, Q) - a, Q known (``forces``);
-    * f_idyn^d (Eq. 28): the same with Q the variable slot ``force_slot``;
+    * f_idyn^d (Eq. 28): the same with Q the variable slot ``force_slot`` (plus the known
+      ``forces``, if any);
     * with ``indices`` (and ``accel_slot="zdd"``): f_dyn^i (Eq. 27) / f_idyn^i (Eq. 29),
       e = zddot(q, v, Q) - zdd, zddot = qddot[indices] (Eq. 15 equals Eq. 6 restricted to
       the independent coordinates).
@@ -133,6 +134,8 @@ def dynamics_residual(
         if force_slot and fidx is not None:
             Q = np.zeros(q.shape[:-1] + (mech.n,))
             Q[..., fidx] = p[force_slot]
+        if force_slot and forces is not None:  # known forces besides the unknown slot
+            Q = Q + forces
         if friction:  # the mechanism's own friction Q_f(q, v) adds to the applied forces
             if jacobians:
                 Qf, dQf_dq, dQf_dv = NC.friction_force_jacobians(mech, q, v)

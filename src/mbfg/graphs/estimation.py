@@ -138,10 +138,12 @@ class ObservedProblem(LeastSquaresProblem):
     """Dependent-coordinate forward problem plus observation factors and loose initial priors.
 
     ``readings``: one ``(steps, values)`` per sensor (as returned by
-    :meth:`mbfg.model.sensors.SensorSet.synthesize`); ``n_steps`` the length of the time grid."""
+    :meth:`mbfg.model.sensors.SensorSet.synthesize`); ``n_steps`` the length of the time grid;
+    ``forces`` the known applied forces (:mod:`mbfg.model.forces`, t = k dt)."""
 
-    def __init__(self, mech, sensors, readings, n_steps, est: EstimatorSettings, dt):
-        super().__init__(mech, est.forward_settings(dt), "dependent")
+    def __init__(self, mech, sensors, readings, n_steps, est: EstimatorSettings, dt,
+                 forces=None):
+        super().__init__(mech, est.forward_settings(dt), "dependent", forces=forces)
         self.est = est
         self.force_indices = _coordinate_indices(mech, est.force_coordinates)
         self.noise_indices = _coordinate_indices(mech, est.noise_coordinates)
@@ -183,8 +185,10 @@ class ObservedProblem(LeastSquaresProblem):
             s, mech = self.settings, self.mech
             families = [(T.position_constraints_residual(mech), s.sigma_constraints),
                         (T.velocity_constraints_residual(mech), s.sigma_constraints)]
-            dyn = (T.dynamics_residual(mech, force_slot="Q", force_indices=self.force_indices)
-                   if self.force_indices else T.dynamics_residual(mech))
+            known = self.applied_forces(np.asarray(steps, int))
+            dyn = (T.dynamics_residual(mech, forces=known, force_slot="Q",
+                                       force_indices=self.force_indices)
+                   if self.force_indices else T.dynamics_residual(mech, forces=known))
             if self.noise_indices:
                 families.append((T.acceleration_constraints_residual(mech), s.sigma_constraints))
                 dyn = _rows(dyn, self.noise_indices)
