@@ -669,6 +669,18 @@ class _SensorLoader:
         return SensorSet(self.sensor(item, f"sensors[{i}]") for i, item in enumerate(items))
 
     # -- typed values -------------------------------------------------------------------
+    def radians_or_degrees(self, s, key, path, what, unit, deg_unit):
+        """The value of ``key`` (in ``unit``) or of ``key_deg`` (in ``deg_unit``, converted);
+        None when neither is given, an error when both are."""
+        if key in s and f"{key}_deg" in s:
+            raise self.err(f"give either {key} or {key}_deg, not both", f"{path}.{key}_deg")
+        if key in s:
+            return self.number(s[key], f"{path}.{key}", f"{what} in {unit}")
+        if f"{key}_deg" in s:
+            return math.radians(self.number(s[f"{key}_deg"], f"{path}.{key}_deg",
+                                            f"{what} in {deg_unit}"))
+        return None
+
     def number(self, value, path, what):
         return self.base.expression(value, path, self.env, what)
 
@@ -780,26 +792,18 @@ class _SensorLoader:
             return AngleEncoder(**kw)
         if kind == "gyroscope":
             kw["body"] = self.body(self.base.require(s, "body", path, "a body index"), f"{path}.body")
-            if "bias" in s and "bias_deg" in s:
-                raise self.err("give either bias or bias_deg, not both", f"{path}.bias_deg")
-            if "bias" in s:
-                kw["bias"] = self.number(s["bias"], f"{path}.bias", "the bias in rad/s")
-            elif "bias_deg" in s:
-                kw["bias"] = math.radians(self.number(s["bias_deg"], f"{path}.bias_deg",
-                                                      "the bias in deg/s"))
+            bias = self.radians_or_degrees(s, "bias", path, "the bias", "rad/s", "deg/s")
+            if bias is not None:
+                kw["bias"] = bias
             return Gyroscope(**kw)
         if kind == "accelerometer":
             kw["body"] = self.body(self.base.require(s, "body", path, "a body index"), f"{path}.body")
             if "point" in s:
                 kw["point"] = self.base.pair(s["point"], f"{path}.point", self.env,
                                              "the point [X, Y] in the body frame in m")
-            if "axis" in s and "axis_deg" in s:
-                raise self.err("give either axis or axis_deg, not both", f"{path}.axis_deg")
-            if "axis" in s:
-                kw["axis"] = self.number(s["axis"], f"{path}.axis", "the axis angle in rad")
-            elif "axis_deg" in s:
-                kw["axis"] = math.radians(self.number(s["axis_deg"], f"{path}.axis_deg",
-                                                      "the axis angle in degrees"))
+            axis = self.radians_or_degrees(s, "axis", path, "the axis angle", "rad", "degrees")
+            if axis is not None:
+                kw["axis"] = axis
             return Accelerometer(**kw)
         if kind == "marker":
             p = self.point(self.base.require(s, "point", path, "a point index"), f"{path}.point")
