@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 
     from mbfg.model.mechanism import Mechanism
 
+RESIDUAL_RMS = 1e-6
+"""A stage has converged when its whitened residuals (in units of their sigmas, which come
+from the mechanism's scales) have fallen to this RMS: a consistent stage (zero optimum) would
+otherwise creep at rounding level without meeting a relative test."""
+
 STAGE_NAMES = {1: "positions", 2: "velocities and accelerations", 3: "velocity constraints",
                4: "forces"}
 
@@ -157,6 +162,7 @@ def solve_inverse_dynamics(
         lay, terms = problem.terms(stage, desired, hints)
         keys = lay.keys(range(t.size))
         X, st = optimize(terms, X, keys, max_iterations=max_iterations,
+                         absolute_tolerance=0.5 * X.size * RESIDUAL_RMS ** 2,
                          what=f"inverse dynamics stage {stage} ({STAGE_NAMES[stage]})")
         stages.append(dict(stage=stage, iterations=st.iterations,
                                     final_error=st.final_error, seconds=st.seconds))
@@ -180,5 +186,5 @@ def solve_inverse_dynamics(
 
 
 __all__ = [
-    "positions_by_continuation", "solve_inverse_dynamics"
+    "positions_by_continuation", "solve_inverse_dynamics", "RESIDUAL_RMS"
 ]
