@@ -13,7 +13,7 @@ from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
 from mbfg.model.forces import ForceInput, forces_at
-from mbfg.model.nonconservative import friction_forces, with_inputs
+from mbfg.model.nonconservative import with_inputs
 from mbfg.model.partition import partition_along
 from mbfg.results import Stats, TrajectoryResult
 from mbfg.solvers.batch import optimize
@@ -239,18 +239,10 @@ def explicit_guess(
     vc = np.empty_like(qc)
     ac = np.empty_like(qc)
     qc[0], vc[0] = q0, qd0
-    friction = bool(mech.friction_elements)
-
-    def accelerations(q, v, Q):
-        if friction:
-            Qf = friction_forces(mech, q, v)
-            Q = Qf if Q is None else Q + Qf
-        return D.forward_dynamics(mech, q, v, Q)
-
-    ac[0] = accelerations(q0, qd0, Qc(0))
+    ac[0] = D.forward_dynamics(mech, q0, qd0, Qc(0))
     for k in range(Nc):
         qc[k + 1] = qc[k] + h * vc[k] + 0.5 * h * h * ac[k]
-        ac[k + 1] = accelerations(qc[k + 1], vc[k] + h * ac[k], Qc(k + 1))
+        ac[k + 1] = D.forward_dynamics(mech, qc[k + 1], vc[k] + h * ac[k], Qc(k + 1))
         vc[k + 1] = vc[k] + 0.5 * h * (ac[k] + ac[k + 1])
         if (k + 1) % 10 == 0:  # keep the coarse path near the constraint manifold
             qc[k + 1] = K.solve_positions_batch(mech, qc[k + 1], max_iter=3)[0][0]
@@ -265,7 +257,7 @@ def explicit_guess(
     q = K.solve_positions_batch(mech, q, max_iter=3)[0]
     v = K.project_velocities_batch(mech, q, v)
     q[0], v[0] = q0, qd0
-    return q, v, accelerations(q, v, forces_at(forces, t0 + t, mech.n))
+    return q, v, D.forward_dynamics(mech, q, v, forces_at(forces, t0 + t, mech.n))
 
 
 def trajectory_result(

@@ -14,7 +14,6 @@ from mbfg.graphs.inverse import InverseProblem, InverseSettings
 from mbfg.trajectories import uniform_step
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
-from mbfg.model.nonconservative import friction_forces
 from mbfg.results import Stats, TrajectoryResult
 from mbfg.solvers.batch import optimize
 
@@ -154,10 +153,7 @@ def solve_inverse_dynamics(
                 extra.update(zd=v[:, idx], zdd=a[:, idx])
         if stage == 4:
             p = lay.unpack(X)
-            friction = (friction_forces(mech, p["q"], p["v"]) if mech.friction_elements
-                        else None)
-            extra = {"Q": D.inverse_dynamics(mech, p["q"], p["v"], p["a"], actuated,
-                                             friction)[:, list(actuated)]}
+            extra = {"Q": D.inverse_dynamics(mech, p["q"], p["v"], p["a"], actuated)[:, list(actuated)]}
         X = _transfer(X, lay, new_lay, extra)
         lay, terms = problem.terms(stage, desired, hints)
         keys = lay.keys(range(t.size))

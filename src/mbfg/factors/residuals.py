@@ -17,7 +17,6 @@ import numpy as np
 
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
-from mbfg.model import nonconservative as NC
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -113,8 +112,8 @@ def dynamics_residual(
       e = zddot(q, v, Q) - zdd, zddot = qddot[indices] (Eq. 15 equals Eq. 6 restricted to
       the independent coordinates).
 
-    qddot is Eq. (5)-(6) with gravity and the mechanism's friction
-    (:mod:`mbfg.model.nonconservative`) always included; ``forces`` is None, (n,) or (T, n).
+    qddot is Eq. (5)-(6) with gravity and the mechanism's friction always included
+    (:mod:`mbfg.model.dynamics`); ``forces`` is None, (n,) or (T, n).
     ``force_indices``: the variable slot holds only these components of Q (the others are
     zero), e.g. the actuated coordinates; the batch inverse-dynamics driver uses it to keep
     the step vectors small.
@@ -125,8 +124,6 @@ def dynamics_residual(
     fidx = None if force_indices is None else np.asarray(force_indices, int)
     sel = (lambda M: M) if idx is None else (lambda M: M[:, idx])
 
-    friction = bool(mech.friction_elements)
-
     @_slots(*(("q", "v", accel_slot) + ((force_slot,) if force_slot else ())))
     def f(p, jacobians=True):
         q, v, acc = p["q"], p["v"], p[accel_slot]
@@ -136,12 +133,6 @@ def dynamics_residual(
             Q[..., fidx] = p[force_slot]
         if force_slot and forces is not None:  # known forces besides the unknown slot
             Q = Q + forces
-        if friction:  # the mechanism's own friction Q_f(q, v) adds to the applied forces
-            if jacobians:
-                Qf, dQf_dq, dQf_dv = NC.friction_force_jacobians(mech, q, v)
-            else:
-                Qf = NC.friction_forces(mech, q, v)
-            Q = Qf if Q is None else Q + Qf
         if not jacobians:
             qdd = D.forward_dynamics(mech, q, v, Q, baumgarte=baumgarte, J=_phi_q(mech, p),
                                      Jdot=_phi_q_dot(mech, p))
@@ -150,10 +141,7 @@ def dynamics_residual(
                                            J=_phi_q(mech, p), Jdot=_phi_q_dot(mech, p))
         e = sel(dyn.qdd) - acc
         k = e.shape[1]
-        d_q, d_qd = dyn.d_q, dyn.d_qd
-        if friction:
-            d_q, d_qd = d_q + dyn.d_Q @ dQf_dq, d_qd + dyn.d_Q @ dQf_dv
-        J = {"q": sel(d_q), "v": sel(d_qd),
+        J = {"q": sel(dyn.d_q), "v": sel(dyn.d_qd),
              accel_slot: np.broadcast_to(-np.eye(k), (q.shape[0], k, k))}
         if force_slot:
             J[force_slot] = sel(dyn.d_Q) if fidx is None else sel(dyn.d_Q)[..., fidx]

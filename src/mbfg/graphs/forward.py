@@ -32,7 +32,7 @@ from mbfg.graphs.layout import StepLayout, dependent_layout, independent_layout
 from mbfg.graphs.links import IntegratorLinks
 from mbfg.model.dynamics import forward_dynamics
 from mbfg.model.forces import forces_at
-from mbfg.model.nonconservative import friction_force_jacobians, friction_forces
+from mbfg.model.nonconservative import friction_force_jacobians
 from mbfg.model.partition import best_coordinates, partition_along
 from mbfg.model.scales import mechanism_scales
 
@@ -94,11 +94,7 @@ class _AppliedForces:
         """Accelerations (n,) of the model at (q, v) and step ``step`` (Eq. 6): the initial
         guess of a solver."""
         Q = self.applied_forces(np.array([step]))
-        Q = None if Q is None else Q[0]
-        if self.mech.friction_elements:
-            Qf = friction_forces(self.mech, q, v)
-            Q = Qf if Q is None else Q + Qf
-        return forward_dynamics(self.mech, q, v, Q)
+        return forward_dynamics(self.mech, q, v, None if Q is None else Q[0])
 
 
 class ForwardProblem(_AppliedForces):

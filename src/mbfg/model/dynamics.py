@@ -1,8 +1,9 @@
 """Equations of motion and their exact derivatives (paper Eqs. 4-7, 13-15, 26-29).
 
 Generalized forces: the functions take ``Q``, the *applied* generalized forces (motor torques,
-user loads) of shape (..., n); gravity (:meth:`Mechanism.gravity_forces`) is always added
-internally.  ``Q=None`` means no applied force.
+user loads) of shape (..., n); gravity (:meth:`Mechanism.gravity_forces`) and the
+mechanism's own friction Q_f(q, qdot) (:mod:`mbfg.model.nonconservative`, YAML ``friction:``)
+are always added internally, with their derivatives.  ``Q=None`` means no applied force.
 
 Dependent coordinates.  With Phi_q' the linearly independent constraint rows
 (:func:`mbfg.model.constraints.independent_rows`, chosen per state; redundant rows are implied by the others and would make the
@@ -31,6 +32,7 @@ import numpy as np
 
 from mbfg.model import constraints as C
 from mbfg.model.kinematics import selection_matrix, velocity_sensitivity, velocity_transform
+from mbfg.model.nonconservative import friction_force_jacobians, friction_forces
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -60,11 +62,13 @@ class DynamicsJacobians:
     d_Q: np.ndarray
 
 
-def _applied(mech, Q, lead):
-    Qg = mech.gravity_forces()
-    if Q is None:
-        return np.broadcast_to(Qg, lead + (mech.n,))
-    return np.broadcast_to(Qg + np.asarray(Q, float), lead + (mech.n,))
+def _applied(mech, Q, q, qd):
+    """Every generalized force of Eq. (4) at (q, qdot), shape of q: gravity, the applied
+    ``Q`` and the mechanism's own friction (:mod:`mbfg.model.nonconservative`)."""
+    out = mech.gravity_forces() if Q is None else mech.gravity_forces() + np.asarray(Q, float)
+    if mech.friction_elements:
+        out = out + friction_forces(mech, q, qd)
+    return np.broadcast_to(out, q.shape)
 
 
 def _kkt(mech, J):
@@ -110,7 +114,7 @@ def forward_dynamics(
     q, qd : (..., n)
         Positions [m, rad] and velocities.
     Q : (..., n), optional
-        Applied generalized forces [N, N m]; gravity is added internally.
+        Applied generalized forces [N, N m]; gravity and friction are added internally.
     baumgarte : Baumgarte, optional
         Stabilization terms (off by default: graphs carry explicit constraint factors).
     return_multipliers : bool
@@ -124,9 +128,8 @@ def forward_dynamics(
     """
     q = np.asarray(q, float)
     qd = np.asarray(qd, float)
-    lead = q.shape[:-1]
     rows, J, c = _rhs_c(mech, q, qd, baumgarte, Jall=J, Jdot=Jdot)
-    rhs = np.concatenate([_applied(mech, Q, lead), c], axis=-1)
+    rhs = np.concatenate([_applied(mech, Q, q, qd), c], axis=-1)
     sol = np.linalg.solve(_kkt(mech, J), rhs[..., None])[..., 0]
     qdd = sol[..., :mech.n]
     if not return_multipliers:
@@ -164,7 +167,11 @@ def forward_dynamics_jacobians(
     rows, J, c = _rhs_c(mech, q, qd, baumgarte, Jall=Jall, Jdot=Jdot_all)
     mr = rows.shape[-1]
     K = _kkt(mech, J)
-    rhs = np.concatenate([_applied(mech, Q, lead), c], axis=-1)
+    Qt = mech.gravity_forces() if Q is None else mech.gravity_forces() + np.asarray(Q, float)
+    if mech.friction_elements:  # Q_f(q, qdot) and its derivatives enter the right-hand side
+        Qf, dQf_dq, dQf_dqd = friction_force_jacobians(mech, q, qd)
+        Qt = Qt + Qf
+    rhs = np.concatenate([np.broadcast_to(Qt, q.shape), c], axis=-1)
     sol = np.linalg.solve(K, rhs[..., None])[..., 0]
     qdd, lam_r = sol[..., :n], sol[..., n:]
 
@@ -178,6 +185,9 @@ def forward_dynamics_jacobians(
                                   + C.hessian_times(mech, q, qdd), rows, 1)
     Rqd = np.zeros(lead + (n + mr, n))
     Rqd[..., n:, :] = -2.0 * Jdot
+    if mech.friction_elements:
+        Rq[..., :n, :] += dQf_dq
+        Rqd[..., :n, :] += dQf_dqd
     if baumgarte is not None:
         z, w = baumgarte.zeta, baumgarte.omega
         Rq[..., n:, :] += -2.0 * z * w * Jdot - w * w * J
@@ -189,15 +199,16 @@ def forward_dynamics_jacobians(
                              d_Q=X[..., :n, 2 * n:])
 
 
-def _reduced(mech, R, S, c, Q, lead, solve=True):
-    """Mbar = R^T M R and zddot = Mbar^-1 R^T (Q_g + Q - M S c) (Eq. 15) for a batch."""
+def _reduced(mech, R, S, c, Qt, solve=True):
+    """Mbar = R^T M R and zddot = Mbar^-1 R^T (Qt - M S c) (Eq. 15) for a batch, Qt every
+    generalized force (:func:`_applied`)."""
     M = mech.mass_matrix()
     Rt = np.swapaxes(R, -1, -2)
     Mbar = Rt @ M @ R
     if not solve:
         return Mbar, None
     Sc = np.einsum("...ij,...j->...i", S, c)
-    Qbar = np.einsum("...ij,...j->...i", Rt, _applied(mech, Q, lead) - Sc @ M.T)
+    Qbar = np.einsum("...ij,...j->...i", Rt, Qt - Sc @ M.T)
     return Mbar, np.linalg.solve(Mbar, Qbar[..., None])[..., 0]
 
 
@@ -211,7 +222,7 @@ def independent_dynamics(
     qd = np.asarray(qd, float)
     rows, _, c = _rhs_c(mech, q, qd, None)
     R, S = velocity_transform(mech, q, indices, rows)
-    return _reduced(mech, R, S, c, Q, q.shape[:-1])[1]
+    return _reduced(mech, R, S, c, _applied(mech, Q, q, qd))[1]
 
 
 @dataclass(frozen=True)
@@ -270,11 +281,8 @@ def independent_state(
     zd = np.asarray(zd, float)
     qd = np.einsum("...ij,...j->...i", R, zd)
     c = -C.take_rows(C.acceleration_bias(mech, q, qd), rows)
-    if mech.friction_elements:  # the mechanism's own friction at (q, qdot)
-        from mbfg.model.nonconservative import friction_forces
-        Qf = friction_forces(mech, q, qd)
-        Q = Qf if Q is None else np.asarray(Q, float) + Qf
-    Mbar, zdd_model = _reduced(mech, R, S, c, Q, q.shape[:-1], solve=zdd is None)
+    Qt = _applied(mech, Q, q, qd) if zdd is None else None
+    Mbar, zdd_model = _reduced(mech, R, S, c, Qt, solve=zdd is None)
     zdd = zdd_model if zdd is None else np.broadcast_to(np.asarray(zdd, float), zd.shape)
     qdd = np.einsum("...ij,...j->...i", S, c) + np.einsum("...ij,...j->...i", R, zdd)
     return IndependentState(q, qd, qdd, zdd, R, S, c, Mbar, rows)
@@ -308,20 +316,8 @@ def manifold_jacobians(
     dqd_dz = velocity_sensitivity(mech, q, qd, R, state.S[k], rows)
     if not accelerations:
         return ManifoldJacobians(dqd_dz, None, None)
-    d_q, d_qd = _with_friction(mech, q, qd, Q)
-    return ManifoldJacobians(dqd_dz, d_q @ R + d_qd @ dqd_dz, d_qd @ R)
-
-
-def _with_friction(mech: Mechanism, q: np.ndarray, qd: np.ndarray, Q) -> tuple:
-    """dqddot/dq, dqddot/dqdot at one state, the mechanism's friction included (chain rule
-    through dqddot/dQ)."""
-    if not mech.friction_elements:
-        dj = forward_dynamics_jacobians(mech, q, qd, Q)
-        return dj.d_q, dj.d_qd
-    from mbfg.model.nonconservative import friction_force_jacobians
-    Qf, dQf_dq, dQf_dqd = friction_force_jacobians(mech, q, qd)
-    dj = forward_dynamics_jacobians(mech, q, qd, Qf if Q is None else np.asarray(Q, float) + Qf)
-    return dj.d_q + dj.d_Q @ dQf_dq, dj.d_qd + dj.d_Q @ dQf_dqd
+    dj = forward_dynamics_jacobians(mech, q, qd, Q)
+    return ManifoldJacobians(dqd_dz, dj.d_q @ R + dj.d_qd @ dqd_dz, dj.d_qd @ R)
 
 
 def independent_dynamics_jacobians(
@@ -341,11 +337,10 @@ def inverse_dynamics(
     qd: ArrayLike,
     qdd: ArrayLike,
     actuated: ArrayLike,
-    Q: ArrayLike | None = None,
 ) -> np.ndarray:
     """Applied forces on the ``actuated`` coordinates that produce ``qdd`` (least squares).
 
-    Solves M qddot + Phi_q^T lambda = Q_g + Q + E Q_a for (lambda, Q_a), E selecting the actuated
+    Solves M qddot + Phi_q^T lambda = Q_g + Q_f + E Q_a for (lambda, Q_a), E selecting the actuated
     coordinates, with a minimum-norm least-squares solve (redundant constraints make lambda
     non-unique).  Vectorized over leading axes.  Returns the full (..., n) applied-force
     vector (zero off the actuated ones).  Used for initial guesses and cross-checks; the
@@ -355,9 +350,8 @@ def inverse_dynamics(
     J = C.constraint_jacobian(mech, q)
     E = np.broadcast_to(selection_matrix(mech.n, idx).T, J.shape[:-2] + (mech.n, idx.size))
     A = np.concatenate([np.swapaxes(J, -1, -2), -E], axis=-1)
-    b = mech.gravity_forces() - np.asarray(qdd, float) @ mech.mass_matrix().T
-    if Q is not None:  # known applied forces besides the actuated ones (e.g. friction)
-        b = b + np.asarray(Q, float)
+    qd = np.asarray(qd, float)
+    b = _applied(mech, None, q, qd) - np.asarray(qdd, float) @ mech.mass_matrix().T
     x = np.einsum("...ij,...j->...i", np.linalg.pinv(A), b)
     Q = np.zeros(q.shape[:-1] + (mech.n,))
     Q[..., idx] = x[..., J.shape[-2]:]

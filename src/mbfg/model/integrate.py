@@ -21,8 +21,11 @@ from scipy.integrate import solve_ivp
 
 from mbfg.errors import ConvergenceError, SolverError
 from mbfg.model import kinematics as K
-from mbfg.model.dynamics import Baumgarte, forward_dynamics, forward_dynamics_jacobians
-from mbfg.model.nonconservative import AppliedForces
+from mbfg.model.dynamics import (Baumgarte, forward_dynamics, forward_dynamics_jacobians,
+                                 independent_state)
+from mbfg.model.forces import force_function
+from mbfg.model.nonconservative import with_inputs
+from mbfg.model.scales import coordinate_scales
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -70,7 +73,7 @@ def integrate_reference(
         Applied generalized forces besides gravity (:mod:`mbfg.model.forces`).
     inputs : None, (k,) or callable t -> (k,), optional
         Inputs of the mechanism's k motors (YAML ``motors:``); the mechanism's friction
-        (YAML ``friction:``) always acts (:class:`mbfg.model.nonconservative.AppliedForces`).
+        (YAML ``friction:``) always acts (:mod:`mbfg.model.dynamics` adds it).
     rtol, atol : float
         solve_ivp tolerances (down to 1e-12 or lower).
     baumgarte : Baumgarte, optional
@@ -81,11 +84,11 @@ def integrate_reference(
     n = mech.n
     q = np.array(mech.q0 if q0 is None else q0, float)
     qd = np.zeros(n) if qd0 is None else K.project_velocity(mech, q, np.asarray(qd0, float))
-    applied = AppliedForces(mech, forces, inputs)
+    force_at = force_function(with_inputs(mech, forces, inputs), n)
 
     def rhs(t, y):
         qq, vv = y[:n], y[n:]
-        return np.concatenate([vv, forward_dynamics(mech, qq, vv, applied.at(t, qq, vv),
+        return np.concatenate([vv, forward_dynamics(mech, qq, vv, force_at(t),
                                                     baumgarte=baumgarte)])
 
     steps = int(round(t_end / dt))
@@ -103,8 +106,7 @@ def integrate_reference(
             qq = K.solve_position(mech, y[:n], tol=1e-13 * max(1.0, np.max(np.abs(y[:n]))))
             y = np.concatenate([qq, K.project_velocity(mech, qq, y[n:])])
         Q_out[k + 1], V_out[k + 1] = y[:n], y[n:]
-    A_out = np.stack([forward_dynamics(mech, Q_out[i], V_out[i],
-                                       applied.at(ts[i], Q_out[i], V_out[i]),
+    A_out = np.stack([forward_dynamics(mech, Q_out[i], V_out[i], force_at(ts[i]),
                                        baumgarte=baumgarte) for i in range(steps + 1)])
     return ReferenceTrajectory(t=ts, q=Q_out, qd=V_out, qdd=A_out)
 
@@ -173,26 +175,23 @@ def integrate_trapezoidal(
     n = mech.n
     q = np.array(mech.q0 if q0 is None else q0, float)
     v = np.zeros(n) if qd0 is None else K.project_velocity(mech, q, np.asarray(qd0, float))
-    applied = AppliedForces(mech, forces, inputs)
+    force_at = force_function(with_inputs(mech, forces, inputs), n)
     angle = np.zeros(n, bool)
     angle[np.asarray(mech.angle_coords, int)] = True
     steps = int(round(t_end / dt))
     ts = np.arange(steps + 1) * dt
     Q_out, V_out, A_out = (np.empty((steps + 1, n)) for _ in range(3))
-    a = forward_dynamics(mech, q, v, applied.at(ts[0], q, v))
+    a = forward_dynamics(mech, q, v, force_at(ts[0]))
     Q_out[0], V_out[0], A_out[0] = q, v, a
     half = 0.5 * dt
     eye = np.eye(n)
     for k in range(steps):
+        force = force_at(ts[k + 1])
         v1 = v + dt * a
         for it in range(1, max_iter + 1):
             q1 = q + half * (v + v1)
-            force, dQ_dq, dQ_dqd = applied.jacobians(ts[k + 1], q1, v1)
             jac = forward_dynamics_jacobians(mech, q1, v1, force)
-            da_dq, da_dqd = jac.d_q, jac.d_qd
-            if dQ_dq is not None:  # velocity-dependent forces (friction): chain rule
-                da_dq, da_dqd = da_dq + jac.d_Q @ dQ_dq, da_dqd + jac.d_Q @ dQ_dqd
-            dv = np.linalg.solve(eye - half * da_dqd - half * half * da_dq,
+            dv = np.linalg.solve(eye - half * jac.d_qd - half * half * jac.d_q,
                                  v1 - v - half * (a + jac.qdd))
             size = np.abs(q1) + dt * np.abs(v1)
             scale = np.where(angle, max(1.0, np.max(size, where=angle, initial=0.0)),
@@ -211,7 +210,7 @@ def integrate_trapezoidal(
         if project:
             q = K.solve_position(mech, q)
             v = K.project_velocity(mech, q, v)
-            a = forward_dynamics(mech, q, v, applied.at(ts[k + 1], q, v))
+            a = forward_dynamics(mech, q, v, force)
         Q_out[k + 1], V_out[k + 1], A_out[k + 1] = q, v, a
     return ReferenceTrajectory(t=ts, q=Q_out, qd=V_out, qdd=A_out)
 
@@ -264,9 +263,6 @@ def independent_step(
     z1, zd1 : (N, d)
     assembled : (N,) bool, False where a position problem failed
     """
-    from mbfg.model.dynamics import independent_state
-    from mbfg.model.scales import coordinate_scales
-
     idx = np.asarray(indices, int)
     noise = 0.0 if acceleration_noise is None else acceleration_noise
 

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
 
 __all__ = ["FrictionElement", "friction_elements", "friction_forces", "friction_force_jacobians",
-           "sliding_rates", "motor_matrix", "motor_forces", "input_function", "AppliedForces",
+           "sliding_rates", "motor_matrix", "motor_forces", "input_function",
            "with_inputs", "sampled_inputs",
            "DEFAULT_WIDTH_FRACTION"]
 
@@ -149,33 +149,28 @@ def friction_elements(mech: Mechanism) -> tuple[FrictionElement, ...]:
     return tuple(out)
 
 
-def _elements(mech: Mechanism) -> tuple[FrictionElement, ...]:
-    return mech.friction_elements
-
-
 def sliding_rates(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """Sliding rate s_e = g_e(q) . qdot of every friction element, shape (..., E)
     [rad/s for joints, m/s for sliders]."""
     q, qd = np.asarray(q, float), np.asarray(qd, float)
-    els = _elements(mech)
+    els = mech.friction_elements
     if not els:
         return np.zeros(q.shape[:-1] + (0,))
     return np.stack([np.einsum("...n,...n->...", e.rate(q), qd) for e in els], axis=-1)
 
 
 def _law(e: FrictionElement, s):
-    """f(s) and f'(s) of one element."""
-    th = np.tanh(s / e.width) if e.coulomb else 0.0
-    f = -(e.viscous * s + e.coulomb * th)
-    df = -(e.viscous + (e.coulomb / e.width) * (1.0 - th * th if e.coulomb else 0.0))
-    return f, df + np.zeros_like(s)
+    """f(s) = -(c s + mu tanh(s / eps)) of one element and its derivative f'(s)."""
+    th = np.tanh(s / e.width)
+    return (-(e.viscous * s + e.coulomb * th),
+            -(e.viscous + (e.coulomb / e.width) * (1.0 - th * th)))
 
 
 def friction_forces(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """Generalized friction forces Q_f(q, qdot), shape (..., n) [N, N m]."""
     q, qd = np.asarray(q, float), np.asarray(qd, float)
     out = np.zeros(np.broadcast_shapes(q.shape, qd.shape))
-    for e in _elements(mech):
+    for e in mech.friction_elements:
         g = e.rate(q)
         f, _ = _law(e, np.einsum("...n,...n->...", g, qd))
         out = out + f[..., None] * g
@@ -201,7 +196,7 @@ def friction_force_jacobians(mech: Mechanism, q: ArrayLike,
     dq = np.zeros(shape + (n,))
     dqd = np.zeros(shape + (n,))
     scale = coordinate_scales(mech)
-    for e in _elements(mech):
+    for e in mech.friction_elements:
         g = e.rate(q)
         s = np.einsum("...n,...n->...", g, qd)
         f, df = _law(e, s)
@@ -236,41 +231,6 @@ def input_function(mech: Mechanism, inputs: ForceInput) -> Callable[[float], np.
     u_at = force_function(inputs, k) if inputs is not None else (lambda t: np.zeros(k))
     B = motor_matrix(mech)
     return lambda t: B @ u_at(t)
-
-
-class AppliedForces:
-    """Every generalized force besides gravity as a function of (t, q, qdot): the external
-    ``forces`` (:mod:`mbfg.model.forces` convention), the motors driven by ``inputs``
-    (:func:`input_function`) and the mechanism's friction (Eq. 4's Q, non-conservative part).
-
-    ``at(t, q, qd)`` -> Q (n,); ``jacobians(t, q, qd)`` -> (Q, dQ/dq, dQ/dqdot)."""
-
-    def __init__(self, mech: Mechanism, forces: ForceInput = None, inputs: ForceInput = None) -> None:
-        from mbfg.model.forces import force_function
-        self.mech = mech
-        self._external = force_function(forces, mech.n)
-        self._motors = input_function(mech, inputs)
-        self.velocity_dependent = bool(mech.friction_elements)
-
-    def known(self, t: float) -> np.ndarray | None:
-        """The part that depends on time only (external and motor forces), or None."""
-        parts = [x for x in (self._external(t), self._motors(t)) if x is not None]
-        return sum(parts) if parts else None
-
-    def at(self, t: float, q: ArrayLike, qd: ArrayLike) -> np.ndarray | None:
-        Q = self.known(t)
-        if self.velocity_dependent:
-            Qf = friction_forces(self.mech, q, qd)
-            Q = Qf if Q is None else Q + Qf
-        return Q
-
-    def jacobians(self, t: float, q: ArrayLike,
-                  qd: ArrayLike) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-        Q = self.known(t)
-        if not self.velocity_dependent:
-            return Q, None, None
-        Qf, dq, dqd = friction_force_jacobians(self.mech, q, qd)
-        return (Qf if Q is None else Q + Qf), dq, dqd
 
 
 def with_inputs(mech: Mechanism, forces: ForceInput, inputs: ForceInput) -> ForceInput:
