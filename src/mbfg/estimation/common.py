@@ -30,10 +30,11 @@ if TYPE_CHECKING:
     from mbfg.model.dynamics import IndependentState
     from mbfg.model.mechanism import Mechanism
 
-__all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "predict_readings", "innovation",
-           "reading_variances", "observation_jacobian", "white_acceleration_noise", "unscented_weights", "sigma_points",
-           "systematic_resample", "weighted_mean", "applied_forces", "initial_state",
-           "filter_result", "wrap_angle", "readings_on_grid"]
+__all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "prepare_readings",
+           "predict_readings", "innovation", "reading_variances", "observation_jacobian",
+           "white_acceleration_noise", "unscented_weights", "sigma_points", "systematic_resample",
+           "weighted_mean", "applied_forces", "initial_state", "filter_result", "wrap_angle",
+           "readings_on_grid"]
 
 
 # =============================================================================== readings
@@ -60,6 +61,20 @@ def readings_by_step(sensors: Sequence, readings: list, n_steps: int) -> list[li
         for k in np.flatnonzero(present):
             per_step[k].append((i, values[k]))
     return per_step
+
+
+def prepare_readings(
+    model: Mechanism,
+    sensors: Sequence,
+    readings: Sequence,
+    n_steps: int,
+    sensor_sigmas: ArrayLike | None = None,
+) -> tuple[SensorSet, list[float], list[list]]:
+    """A filter's view of its inputs: the validated :class:`SensorSet`, the sigmas it assumes
+    (:func:`assumed_sigmas`) and the readings per step (:func:`readings_by_step`)."""
+    sensors = sensor_set(sensors, model)
+    return (sensors, assumed_sigmas(sensors, sensor_sigmas),
+            readings_by_step(sensors, readings, n_steps))
 
 
 def predict_readings(

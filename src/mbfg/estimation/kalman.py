@@ -55,11 +55,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mbfg.estimation.common import (applied_forces, assumed_sigmas, filter_result,
-                                    initial_state, innovation, observation_jacobian,
-                                    predict_readings,
-                                    reading_variances, readings_by_step, sensor_set,
-                                    sigma_points, unscented_weights, white_acceleration_noise)
+from mbfg.estimation.common import (applied_forces, filter_result, initial_state, innovation,
+                                    observation_jacobian, predict_readings, prepare_readings,
+                                    reading_variances, sigma_points, unscented_weights,
+                                    white_acceleration_noise)
 from mbfg.model.dynamics import independent_state, manifold_jacobians
 from mbfg.model.forces import force_function
 from mbfg.model.integrate import independent_step
@@ -85,12 +84,6 @@ REVIEW_SIGMA2_FE = 2.291e-3
 """Acceleration random-walk variance per step of the errorEKF_FE."""
 
 
-def _prepare(model, sensors, readings, n_steps, sensor_sigmas):
-    sensors = sensor_set(sensors, model)
-    return sensors, assumed_sigmas(sensors, sensor_sigmas), readings_by_step(sensors, readings,
-                                                                             n_steps)
-
-
 # ======================================================================= EKF family
 def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, integrator,
                 indices=None, forces=None, sensor_sigmas=None, p0=REVIEW_P0, qc=REVIEW_QC,
@@ -98,7 +91,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
                 exact_jacobian=False):
     t0 = time.perf_counter()
     n_steps = int(n_steps)
-    sensors, sig, per_step = _prepare(model, sensors, readings, n_steps, sensor_sigmas)
+    sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)
     q, idx, zd = initial_state(model, q0, qd0, indices)
     d = idx.size
     n = model.n
@@ -297,7 +290,7 @@ def ukf(
     sigma point's.  ``seed`` is unused."""
     t0 = time.perf_counter()
     n_steps = int(n_steps)
-    sensors, sig, per_step = _prepare(model, sensors, readings, n_steps, sensor_sigmas)
+    sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)
     q, idx, zd0 = initial_state(model, q0, qd0, indices)
     d, n = idx.size, model.n
     Qfun = force_function(forces, n)

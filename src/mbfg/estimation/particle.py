@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mbfg.estimation.common import (applied_forces, assumed_sigmas, filter_result,
-                                    initial_state, innovation, predict_readings,
-                                    reading_variances, readings_by_step, sensor_set,
+from mbfg.estimation.common import (applied_forces, filter_result, initial_state, innovation,
+                                    predict_readings, prepare_readings, reading_variances,
                                     systematic_resample, weighted_mean)
 from mbfg.model.dynamics import independent_state
 from mbfg.model.forces import force_function
@@ -187,9 +186,7 @@ def particle_filter(
     t0 = time.perf_counter()
     n_steps = int(n_steps)
     rng = np.random.default_rng(seed)
-    sensors = sensor_set(sensors, model)
-    sig = assumed_sigmas(sensors, sensor_sigmas)
-    per_step = readings_by_step(sensors, readings, n_steps)
+    sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)
     qa, idx, zd0 = initial_state(model, q0, qd0, indices)
     q0a = qa[0]
     d, n, M_target = idx.size, model.n, int(n_particles)

@@ -295,12 +295,11 @@ def branch_point(mech: Mechanism, q: ArrayLike, *, probes: int = 3) -> tuple[str
         qp, ok = solve_positions_batch(mech, q + step)
         if not ok[0]:
             continue
-        Jp = C.constraint_jacobian(mech, qp[0]) * c
-        sp = np.linalg.svd(Jp, compute_uv=False)
+        _, sp, Vp = np.linalg.svd(C.constraint_jacobian(mech, qp[0]) * c)
         if int(np.sum(sp > RANK_RTOL * sp[0])) > rank:
             # the constraint direction that degenerates at q: the (rank+1)-th right singular
             # vector nearby, small there and zero at q
-            lost = np.abs(np.linalg.svd(Jp)[2][rank])
+            lost = np.abs(Vp[rank])
             return tuple(mech.coordinate_names[i] for i in np.flatnonzero(lost >= 0.3 * lost.max()))
     return ()
 
@@ -416,8 +415,9 @@ def solve_positions_batch(
         qa = q[ai]
         Jall = C.constraint_jacobian(mech, qa)
         rows = C.independent_rows(mech, qa, Jall)
+        phi = C.take_rows(C.position_constraints(mech, qa), rows)
         with np.errstate(all="ignore"):
-            rel = C.take_rows(C.position_constraints(mech, qa) / scale[ai], rows)
+            rel = phi / C.take_rows(scale[ai], rows)
         res = np.max(np.abs(rel), axis=-1) if rel.shape[-1] else np.zeros(ai.size)
         done = res <= tol
         ok[ai[done]] = True
@@ -427,9 +427,7 @@ def solve_positions_batch(
             break
         ai = ai[keep]
         J = C.take_rows(Jall[keep], rows if rows.ndim == 1 else rows[keep], 1)[..., free]
-        phi = C.take_rows(C.position_constraints(mech, q[ai]), rows if rows.ndim == 1
-                          else rows[keep])
-        step = _minimum_norm_step(J, -phi)
+        step = _minimum_norm_step(J, -phi[keep])
         q[ai[:, None], free[None, :]] += step
     return q, ok
 
