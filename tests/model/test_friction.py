@@ -322,3 +322,38 @@ def test_estimators_take_the_motor_inputs(method, tmp_path):
                           "--out", str(out), "--quiet"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     np.testing.assert_allclose(np.load(out)["q"], driven.q, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("length, mass", [(1e-3, 1e-3), (10.0, 300.0)])
+def test_friction_simulation_does_not_depend_on_units(length, mass):
+    """Lengths scaled by ``length`` and masses by ``mass`` (gravity with the lengths, so time
+    is unchanged; friction coefficients with their units, default widths derived): the
+    simulated positions scale by ``length`` to rounding, in every mode."""
+    import dataclasses
+
+    from mbfg.loader import build_checked, parse_spec
+    text = (mechanism_path("slider-crank").read_text(encoding="utf-8") + SLIDER_CRANK_FRICTION
+            + "  - {type: joint, bodies: [ground, 0], viscous: 0.005, coulomb: 0.01}\n")
+    spec = parse_spec(text, "slider-crank with friction")  # this joint has a default width
+
+    def scaled(sL, sm):
+        s = dataclasses.replace
+        fr = tuple(s(f, viscous=f.viscous * sm * sL * sL, coulomb=f.coulomb * sm * sL * sL)
+                   if hasattr(f, "bodies") else
+                   s(f, viscous=f.viscous * sm, coulomb=f.coulomb * sm * sL,
+                     width=None if f.width is None else f.width * sL) for f in spec.friction)
+        return build_checked(s(
+            spec, friction=fr,
+            points=tuple(s(p, x=p.x * sL, y=p.y * sL) for p in spec.points),
+            bodies=tuple(s(b, mass=b.mass * sm, I0=b.I0 * sm * sL * sL, length=b.length * sL,
+                           cog=(b.cog[0] * sL, b.cog[1] * sL)) for b in spec.bodies),
+            constraints=tuple(s(c, line=tuple((x * sL, y * sL) for x, y in c.line))
+                              for c in spec.constraints),
+            gravity=(spec.gravity[0] * sL, spec.gravity[1] * sL)))
+    nominal, big = scaled(1.0, 1.0), scaled(length, mass)
+    pts = [i for i, c in enumerate(nominal.coordinate_names) if not c.startswith("theta")]
+    for solver, coords in [("smoother", "dependent"), ("batch", "dependent"),
+                           ("smoother", "independent")]:
+        a = mbfg.simulate(nominal, 0.5, 1e-3, solver=solver, coords=coords).q[:, pts]
+        b = mbfg.simulate(big, 0.5, 1e-3, solver=solver, coords=coords).q[:, pts] / length
+        assert np.abs(a - b).max() <= 1e-12 * 0.4, (solver, coords)
