@@ -124,7 +124,12 @@ class IntegratorLinks(BatchTerm):
             Mv0, Mv1 = v0 @ M, v1 @ M
             fw = np.zeros_like(v0) if Q is None else 0.25 * dt * (Q[:-1] + Q[1:])
             if friction is not None:  # state-dependent forces: Q_f(q_k, v_k), Q_f(q_k+1, ...)
-                F0, F1 = friction(q0, v0), friction(q1, v1)
+                # once per distinct step (consecutive links share one)
+                steps, inv = np.unique(np.concatenate([self.rows0, self.rows0 + 1]),
+                                       return_inverse=True)
+                Fq, Fdq, Fdv = friction(X[steps, lay.slice("q")], X[steps, lay.slice("v")])
+                i0, i1 = inv[:self.rows0.size], inv[self.rows0.size:]
+                F0, F1 = (Fq[i0], Fdq[i0], Fdv[i0]), (Fq[i1], Fdq[i1], Fdv[i1])
                 fw = fw + 0.25 * dt * (F0[0] + F1[0])
             e[:, 2 * d] = (0.5 * (np.sum(v1 * Mv1, axis=1) - np.sum(v0 * Mv0, axis=1))
                            - (q1 - q0) @ Qg - np.sum((v0 + v1) * fw, axis=1))
