@@ -128,11 +128,46 @@ def _check_whitened(path, t, vals, sensors) -> None:
                         f"({limit:.3g}); expected readings of the size the sensor measures")
 
 
+def column_header(path: str | Path) -> str | None:
+    """The column names of a table's header, as one string with single blanks: what follows
+    the word ``t`` on the last comment line (``%`` or ``#``) before the first data row that
+    starts with ``t`` (as :func:`write_readings` writes it); None when there is no such line.
+    (Sensor labels contain blanks, so the names are not split.)"""
+    header = None
+    with Path(path).open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            s = line.strip()
+            if not s:
+                continue
+            if s[0] not in "%#":
+                break
+            words = s[1:].split()
+            if words and words[0] == "t":
+                header = " ".join(words[1:])
+    return header
+
+
+def _check_labels(path, sensors) -> None:
+    """A readings header must name the columns of ``sensors``, in order."""
+    found = column_header(path)
+    expected = " ".join(" ".join(sensors.labels).split())
+    if found is None or found == expected:
+        return
+    raise DataError(f"{path}: its header names the columns {found!r}, but the sensors file "
+                    f"gives {expected!r}; expected readings of those sensors in that order "
+                    f"(or a file without a '% t ...' header)")
+
+
 def read_readings(path: str, sensors: SensorSet) -> tuple:
     """Inverse of :func:`write_readings`: ``(t, readings)`` with one ``Readings(steps,
-    values)`` per sensor; rows where a sensor's columns are ``nan`` are absent readings."""
+    values)`` per sensor; rows where a sensor's columns are ``nan`` are absent readings.
+
+    A header line ``% t label ...`` (as :func:`write_readings` writes) must name the columns of
+    ``sensors`` in order (:class:`DataError` otherwise); a file without one is read by
+    position."""
     from mbfg.model.sensors import Readings
     t, vals = read_trajectory(path, columns=sensors.dim, allow_nan=True)
+    _check_labels(path, sensors)
     _check_whitened(path, t, vals, sensors)
     out, c = [], 0
     for s in sensors:
@@ -143,4 +178,5 @@ def read_readings(path: str, sensors: SensorSet) -> tuple:
     return t, out
 
 
-__all__ = ["read_table", "read_trajectory", "write_readings", "read_readings"]
+__all__ = ["read_table", "read_trajectory", "write_readings", "read_readings",
+           "column_header"]

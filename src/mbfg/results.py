@@ -211,6 +211,17 @@ class EstimationResult:
     Q: np.ndarray | None = None
     stats: Stats = field(default_factory=lambda: Stats("none", 0.0, 0))
 
+    def with_stats(self, **extra: Any) -> "EstimationResult":
+        """A copy whose stats have more (or replaced) driver-specific entries."""
+        return dataclasses.replace(self, stats=self.stats.with_extra(**extra))
+
+    def truncated(self, steps: int) -> "EstimationResult":
+        """The first ``steps`` time steps of every per-step array (e.g. the part of a
+        diverged run that is still finite)."""
+        cut = {f.name: getattr(self, f.name)[:steps] for f in dataclasses.fields(self)
+               if isinstance(getattr(self, f.name), np.ndarray)}
+        return dataclasses.replace(self, **cut)
+
     def save(self, path: str) -> Path:
         """Write the arrays, the name and the stats (JSON) to ``.npz``, or the causal
         estimates to ``.csv`` (t, then q, qd, qdd per coordinate index)."""

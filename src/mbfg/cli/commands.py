@@ -429,7 +429,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         window = min(window, t.size)
     check_window(window, t.size, what=f" (rows of {args.readings})")
     settings = _estimator_settings(args, mech, est)
-    options = {"window": window, "covariance": args.covariance, "settings": settings}
+    for option, value, kind in (("robust", args.robust, "a factor-graph --method (fg-*)"),
+                                ("gate", args.gate, "a Kalman-filter --method (ekf, ekf_fe, "
+                                                    "dekf, ukf)")):
+        if value is not None and not est.accepts(option):
+            raise UsageError(f"--{option} needs {kind}, not {args.method}")
+    options = {"window": window, "covariance": args.covariance, "settings": settings,
+               "robust": args.robust, "gate": args.gate}
     options = {k: v for k, v in options.items() if est.accepts(k) and v is not None}
     if args.inputs:  # the motors' inputs on the readings' clock (the grid starts at t[0])
         u = read_inputs(args.inputs, mech)
@@ -529,6 +535,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also estimate a slowly varying unknown generalized force on these "
                         "coordinates (comma-separated names, or 'points' for every point "
                         "coordinate: learns e.g. a wrong gravity); smoother and batch only")
+    e.add_argument("--robust", choices=("huber", "cauchy"), default=None,
+                   help="robust loss on the readings against outliers (factor-graph methods)")
+    e.add_argument("--gate", type=float, default=None, metavar="P",
+                   help="innovation gating: reject a reading whose normalized innovation "
+                        "exceeds the chi-square quantile P, e.g. 0.9999 (Kalman filters)")
     e.add_argument("--seed", type=int, default=0, help="seed of the particle filter")
     _add_output_options(e, plot=False, out_help="save the estimates (.npz)")
     e.set_defaults(func=cmd_estimate)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
 
 __all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "prepare_readings",
-           "predict_readings", "innovation", "reading_variances", "observation_jacobian",
+           "predict_readings", "innovation", "reading_variances", "gate", "check_gate", "observation_jacobian",
            "white_acceleration_noise", "unscented_weights", "sigma_points", "systematic_resample",
            "weighted_mean", "applied_forces", "initial_state", "filter_result", "wrap_angle",
            "readings_on_grid"]
@@ -146,6 +146,52 @@ def observation_jacobian(
                 H[:, 2 * d:] += J["a"] @ R
         blocks.append(H)
     return np.concatenate(blocks, axis=0)
+
+
+def gate(
+    y: ArrayLike, S: ArrayLike, sensors: Sequence, available: list, probability: float | None
+) -> np.ndarray:
+    """Innovation gating: which stacked reading rows to use in an update.
+
+    A sensor's reading is rejected as an outlier when its normalized innovation squared
+    y_i^T S_ii^-1 y_i exceeds the chi-square quantile of ``probability`` for its dimension
+    (a consistent filter then rejects a fraction 1 - probability of good readings).
+
+    Parameters
+    ----------
+    y : (k,) innovation of the stacked readings of ``available``
+    S : (k, k) its predicted covariance (H P H^T + R)
+    sensors, available : the sensors and the ``(index, values)`` pairs read at this step
+    probability : float in (0, 1), or None (no gating: every row is kept)
+
+    Returns
+    -------
+    (k,) bool: rows to keep.
+    """
+    y, S = np.asarray(y, float), np.asarray(S, float)
+    keep = np.ones(y.size, bool)
+    if probability is None:
+        return keep
+    from scipy.stats import chi2
+    r = 0
+    for i, _ in available:
+        dim = sensors[i].dim
+        b = slice(r, r + dim)
+        nis = float(y[b] @ np.linalg.solve(S[b, b], y[b]))
+        keep[b] = nis <= chi2.ppf(probability, dim)
+        r += dim
+    return keep
+
+
+def check_gate(probability: float | None) -> float | None:
+    """``probability`` of :func:`gate`, validated: None or a number in (0, 1)."""
+    from mbfg.errors import UsageError
+    if probability is None:
+        return None
+    p = float(probability)
+    if not 0.0 < p < 1.0:
+        raise UsageError(f"gate must be a probability in (0, 1) (e.g. 0.9999), got {probability!r}")
+    return p
 
 
 def reading_variances(sensors: Sequence, available: list, sigmas: list) -> np.ndarray:

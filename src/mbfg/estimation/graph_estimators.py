@@ -36,6 +36,7 @@ angle coordinates (``mech.angle_coords``; for the review four-bar, the crank ang
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING
 
@@ -61,8 +62,11 @@ if TYPE_CHECKING:
 __all__ = ["estimate_online", "estimate_batch", "EstimatorSettings", "ONLINE_FORCE_SETTINGS"]
 
 
-def _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0, forces=None):
+def _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0, forces=None,
+           robust=None):
     est = settings or EstimatorSettings()
+    if robust is not None:
+        est = dataclasses.replace(est, robust=robust)
     q0, qd0 = K.release_state(model, q0, qd0)
     problem = ObservedProblem(model, sensors, readings, n_steps, est, dt, forces)
     return est, q0, qd0, problem
@@ -98,6 +102,7 @@ def estimate_online(
     qd0: ArrayLike | None = None,
     covariance: bool = False,
     progress: Callable | None = None,
+    robust: str | None = None,
 ) -> EstimationResult:
     """Fixed-lag factor-graph estimator (see the module docstring).
 
@@ -122,6 +127,9 @@ def estimate_online(
     covariance : bool
         Also return ``z_std``/``zd_std`` (causal marginal standard deviations).
     progress : callable(done, total), optional
+    robust : None, "huber" or "cauchy", optional
+        Replaces ``settings.robust``: a robust loss on the observation factors against
+        outlying readings (:class:`~mbfg.graphs.estimation.EstimatorSettings`).
 
     Returns an :class:`EstimationResult` named ``"fg-online"``: ``q, qd, qdd`` causal,
     ``*_smoothed`` each step's estimate when it left the window; stats ``ms_per_step``,
@@ -129,7 +137,7 @@ def estimate_online(
     """
     t0 = time.perf_counter()
     est, q0, qd0, problem = _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0,
-                                   forces)
+                                   forces, robust)
     N = int(n_steps)
     lay = problem.layout
     sm = FixedLagSmoother(problem, window, max_iterations=est.max_iterations,
@@ -200,6 +208,7 @@ def estimate_batch(
     qd0: ArrayLike | None = None,
     covariance: bool = False,
     init: str | None = None,
+    robust: str | None = None,
 ) -> EstimationResult:
     """Offline smoothing of a whole recording as one factor graph (see the module docstring).
 
@@ -211,7 +220,7 @@ def estimate_batch(
     """
     t0 = time.perf_counter()
     est, q0, qd0, problem = _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0,
-                                   forces)
+                                   forces, robust)
     N = int(n_steps)
     lay = problem.layout
     if init is None:

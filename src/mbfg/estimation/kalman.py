@@ -55,7 +55,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mbfg.estimation.common import (applied_forces, filter_result, initial_state, innovation,
+from mbfg.estimation.common import gate as _gate
+from mbfg.estimation.common import (applied_forces, check_gate, filter_result, initial_state,
+                                    innovation,
                                     observation_jacobian, predict_readings, prepare_readings,
                                     reading_variances, sigma_points, unscented_weights,
                                     white_acceleration_noise)
@@ -88,8 +90,10 @@ REVIEW_SIGMA2_FE = 2.291e-3
 def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, integrator,
                 indices=None, forces=None, sensor_sigmas=None, p0=REVIEW_P0, qc=REVIEW_QC,
                 sigma2_acc=REVIEW_SIGMA2_FE, linear_position_correction=False,
-                exact_jacobian=False):
+                exact_jacobian=False, gate=None):
     t0 = time.perf_counter()
+    gate = check_gate(gate)
+    n_rejected = 0
     n_steps = int(n_steps)
     sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)
     q, idx, zd = initial_state(model, q0, qd0, indices)
@@ -139,11 +143,17 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
             h, o, ang = predict_readings(model, sensors, avail, st.q, st.qd, st.qdd)
             y = innovation(o, h[0], ang)
             H = observation_jacobian(model, sensors, avail, st, Qk[0], force_state=fe)
-            Sk = H @ P @ H.T + np.diag(reading_variances(sensors, avail, sig))
+            Rk = np.diag(reading_variances(sensors, avail, sig))
+            Sk = H @ P @ H.T + Rk
+            use = _gate(y, Sk, sensors, avail, gate)
+            if not use.all():                        # outliers: update with the others only
+                n_rejected += int(np.sum(~use))
+                y, H, Rk = y[use], H[use], Rk[np.ix_(use, use)]
+                Sk = H @ P @ H.T + Rk
             K = np.linalg.solve(Sk, H @ P).T
             dx = K @ y                                                   # Eq. 74, x^- = 0
             A = np.eye(l) - K @ H
-            P = A @ P @ A.T + K @ np.diag(reading_variances(sensors, avail, sig)) @ K.T
+            P = A @ P @ A.T + K @ Rk @ K.T
             P = 0.5 * (P + P.T)
             # ---- feed the estimated errors back into the model (Sect. 7.1, 7.3)
             dz, dzd = dx[:d], dx[d:2 * d]
@@ -169,7 +179,8 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
             force[k] = Qz[0]
             zddstd[k] = sd[2 * d:]
     stats = {"indices": tuple(int(i) for i in idx), "integrator": integrator,
-             "n_updates": n_updates, "exact_jacobian": bool(exact_jacobian)}
+             "n_updates": n_updates, "exact_jacobian": bool(exact_jacobian),
+             "rejected_readings": n_rejected}
     if fe:
         stats["force"] = force
         stats["zdd_std"] = zddstd
@@ -187,6 +198,7 @@ def ekf(
     q0: ArrayLike | None = None,
     qd0: ArrayLike | None = None,
     integrator: str = "trapezoidal",
+    gate: float | None = None,
     **options: Any,
 ) -> EstimationResult:
     """errorEKF (review Sect. 7.1): error state [dz, dzdot], x^- = 0; the multibody model is
@@ -200,9 +212,13 @@ def ekf(
     (0.0076), ``qc`` (9.162e-2), ``integrator`` ("trapezoidal" or "euler"),
     ``linear_position_correction`` (Eq. 76 instead of the exact position problem),
     ``exact_jacobian`` (False; True adds the errorEKF_EJ terms dzdd/dz, dzdd/dzdot of Sect. 7.2
-    to F, from the exact dynamics Jacobians).  ``seed`` is unused (deterministic filter)."""
+    to F, from the exact dynamics Jacobians), ``gate`` (None: every reading is used; a
+    probability such as 0.9999: innovation gating, a sensor's reading whose normalized
+    innovation squared exceeds that chi-square quantile is rejected as an outlier,
+    :func:`mbfg.estimation.common.gate`; ``stats["rejected_readings"]`` counts them).
+    ``seed`` is unused (deterministic filter)."""
     return _ekf_family("ekf", model, sensors, readings, dt, n_steps, q0=q0, qd0=qd0, fe=False,
-                       integrator=integrator, **options)
+                       integrator=integrator, gate=gate, **options)
 
 
 def ekf_fe(
@@ -217,6 +233,7 @@ def ekf_fe(
     qd0: ArrayLike | None = None,
     integrator: str = "trapezoidal",
     exact_jacobian: bool = True,
+    gate: float | None = None,
     **options: Any,
 ) -> EstimationResult:
     """errorEKF_FE (review Sect. 7.3): error state [dz, dzdot, dzddot] with a random walk on the
@@ -236,7 +253,8 @@ def ekf_fe(
     figure f, which the text does not reproduce; the alternative reading with the
     derivatives in the third row makes the error model unstable); False drops fz, fzd."""
     return _ekf_family("ekf_fe", model, sensors, readings, dt, n_steps, q0=q0, qd0=qd0, fe=True,
-                       integrator=integrator, exact_jacobian=exact_jacobian, **options)
+                       integrator=integrator, exact_jacobian=exact_jacobian, gate=gate,
+                       **options)
 
 
 def dekf(
@@ -250,6 +268,7 @@ def dekf(
     q0: ArrayLike | None = None,
     qd0: ArrayLike | None = None,
     integrator: str = "euler",
+    gate: float | None = None,
     **options: Any,
 ) -> EstimationResult:
     """DEKF (review Sect. 5): direct state x = [z, zdot], forward-Euler transition (Eq. 49) for
@@ -257,7 +276,7 @@ def dekf(
     h evaluated at the predicted state.  Options as :func:`ekf`.  The update is algebraically
     the errorEKF's (the review, Sect. 7.4); the filters differ by the integrator."""
     return _ekf_family("dekf", model, sensors, readings, dt, n_steps, q0=q0, qd0=qd0, fe=False,
-                       integrator=integrator, **options)
+                       integrator=integrator, gate=gate, **options)
 
 
 # ================================================================================ UKF
@@ -280,6 +299,7 @@ def ukf(
     sensor_sigmas: ArrayLike | None = None,
     p0: float = REVIEW_P0,
     qc: float = REVIEW_QC,
+    gate: float | None = None,
 ) -> EstimationResult:
     """UKF (review Sects. 4.1 and 4.4): state x = [z, zdot], 2l+1 sigma points (Eqs. 34-36,
     Cholesky square root, zeta = sqrt(l + lambda), lambda = alpha^2 (l + kappa) - l), each
@@ -287,8 +307,11 @@ def ukf(
     review's benchmark); predicted mean and covariance Eqs. 38-39 plus the van Loan plant
     noise; update Eqs. 40-44 with sigma points redrawn from (x^-, P^-) and assembled by a
     batched position problem.  Angular readings are averaged as residuals about the central
-    sigma point's.  ``seed`` is unused."""
+    sigma point's.  ``gate``: innovation gating probability (see :func:`ekf`).  ``seed`` is
+    unused."""
     t0 = time.perf_counter()
+    gate = check_gate(gate)
+    n_rejected = 0
     n_steps = int(n_steps)
     sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)
     q, idx, zd0 = initial_state(model, q0, qd0, indices)
@@ -338,8 +361,13 @@ def ukf(
             DX = X - x
             Pyy = (Wc[:, None] * DY).T @ DY + np.diag(reading_variances(sensors, avail, sig))
             Pxy = (Wc[:, None] * DX).T @ DY
+            y = innovation(o, yhat, ang)
+            use = _gate(y, Pyy, sensors, avail, gate)
+            if not use.all():                        # outliers: update with the others only
+                n_rejected += int(np.sum(~use))
+                y, Pyy, Pxy = y[use], Pyy[np.ix_(use, use)], Pxy[:, use]
             K = np.linalg.solve(Pyy, Pxy.T).T                            # Eq. 40
-            x = x + K @ innovation(o, yhat, ang)                          # Eq. 43
+            x = x + K @ y                                                 # Eq. 43
             P = P - K @ Pyy @ K.T                                        # Eq. 44
             P = 0.5 * (P + P.T)
         qm, _ = solve_positions_batch(model, qbar, idx, x[None, :d])
@@ -349,5 +377,6 @@ def ukf(
         sd = np.sqrt(np.maximum(np.diag(P), 0.0))
         zstd[k], zdstd[k] = sd[:d], sd[d:]
     stats = {"indices": tuple(int(i) for i in idx), "integrator": integrator,
-             "alpha": alpha, "beta": beta, "kappa": kappa, "assembly_failures": n_fail}
+             "alpha": alpha, "beta": beta, "kappa": kappa, "assembly_failures": n_fail,
+             "rejected_readings": n_rejected}
     return filter_result("ukf", dt, out_q, out_qd, out_qdd, zstd, zdstd, t0, n_steps, stats)

@@ -13,11 +13,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TYPE_CHECKING
 
-from mbfg.errors import UsageError
+import numpy as np
+
+from mbfg.errors import ConvergenceError, UsageError
 from mbfg.estimation import kalman, particle
 from mbfg.estimation.graph_estimators import (ONLINE_FORCE_SETTINGS, EstimatorSettings,
                                              estimate_batch, estimate_online)
 from mbfg.model.nonconservative import with_inputs
+from mbfg.model.sensors import finite_readings
 from mbfg.results import EstimationResult
 
 if TYPE_CHECKING:
@@ -94,6 +97,7 @@ def estimate(
     method: str = "fg-online",
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    invalid_readings: str = "raise",
     **options: Any,
 ) -> EstimationResult:
     """State estimates of ``model`` from sensor ``readings`` with the estimator ``method``.
@@ -119,6 +123,11 @@ def estimate(
         Seed of the estimators that draw random numbers (the particle filter).
     progress : callable(done, total), optional
         Passed to the estimators that report progress.
+    invalid_readings : "raise" or "skip"
+        A reading that is not a finite number raises :class:`~mbfg.errors.DataError` naming
+        the sensor and step, or is skipped (that step then has no reading of that sensor);
+        ``stats["skipped_readings"]`` counts them
+        (:func:`mbfg.model.sensors.finite_readings`).
     **options
         The estimator's own options (``window``, ``settings``, ``covariance``, ``q0``,
         ``qd0``, ``forces``, ...; see its function); ``inputs`` (the motors' inputs, (k,) or
@@ -127,15 +136,38 @@ def estimate(
     Returns
     -------
     EstimationResult
+
+    Raises
+    ------
+    DataError
+        Invalid readings (non-finite with ``invalid_readings="raise"``, wrong shapes).
+    ConvergenceError
+        The estimator diverged (a non-finite estimate); ``partial`` holds the result up to
+        the last finite step.
     """
     est = estimator(method)
+    readings, skipped = finite_readings(sensors, readings, invalid_readings)
     if "inputs" in options:  # the motors' inputs become known forces for every estimator
         options["forces"] = with_inputs(model, options.get("forces"), options.pop("inputs"))
     if est.accepts("seed"):
         options["seed"] = seed
     if progress is not None and est.accepts("progress"):
         options["progress"] = progress
-    return est(model, sensors, readings, dt, n_steps, **options)
+    result = est(model, sensors, readings, dt, n_steps, **options)
+    return _checked(result.with_stats(skipped_readings=skipped) if skipped else result)
+
+
+def _checked(result: EstimationResult) -> EstimationResult:
+    """``result`` if its estimates are finite; otherwise :class:`ConvergenceError` naming the
+    first step where they are not, with the finite part as ``partial``."""
+    bad = ~(np.all(np.isfinite(result.q), axis=1) & np.all(np.isfinite(result.qd), axis=1))
+    if not np.any(bad):
+        return result
+    k = int(np.argmax(bad))
+    exc = ConvergenceError(f"{result.name} diverged: its estimate is not finite from step {k} "
+                           f"(t = {result.t[k]:g} s) on")
+    exc.partial = result.truncated(k)
+    raise exc
 
 
 def _angle_forces(model):

@@ -24,7 +24,42 @@ if TYPE_CHECKING:
     from mbfg.graphs.linear_blocks import BinaryLinear
     from mbfg.graphs.terms import StackedTerm
 
-__all__ = ["EstimatorSettings", "ONLINE_FORCE_SETTINGS", "ObservedProblem"]
+__all__ = ["EstimatorSettings", "ONLINE_FORCE_SETTINGS", "ObservedProblem", "ROBUST_LOSSES",
+           "ROBUST_WIDTH", "robust_weights"]
+
+
+ROBUST_LOSSES = (None, "huber", "cauchy")
+"""The observation losses of :class:`EstimatorSettings` (``robust``)."""
+ROBUST_WIDTH = {"huber": 1.345, "cauchy": 2.385}
+"""Default ``robust_width`` of each loss [sigmas]: 95 % asymptotic efficiency on Gaussian
+noise."""
+
+
+def robust_weights(u: np.ndarray, loss: str, width: float) -> np.ndarray:
+    """IRLS weights w(u) of whitened residuals u (any shape) for ``loss`` ("huber" or
+    "cauchy") of width ``width`` [sigmas]: the weight of each squared residual, as gtsam's
+    ``mEstimator`` classes define it."""
+    a = np.abs(u)
+    if loss == "huber":
+        return np.where(a <= width, 1.0, width / np.maximum(a, width))
+    return 1.0 / (1.0 + (a / width) ** 2)
+
+
+def _robust(f, sigma, loss, width):
+    """Residual family ``f`` of sigma ``sigma`` with its rows scaled by sqrt(w(r / sigma))
+    (iteratively reweighted least squares; the weight is held constant in the Jacobian, as
+    gtsam's robust noise models do)."""
+
+    def g(p, jacobians=True):
+        e, J = f(p, jacobians)
+        s = np.sqrt(robust_weights(e / sigma, loss, width))
+        e = e * s
+        if J is not None:
+            J = {k: A * s[:, :, None] for k, A in J.items()}
+        return e, J
+
+    g.slots = f.slots
+    return g
 
 
 @dataclass(frozen=True)
@@ -63,6 +98,14 @@ class EstimatorSettings:
         the motion then depends on the coordinates' scaling (sigma / |dq/dz|).
     sigma_constraints : position, velocity (and acceleration) constraint factors
     sigma_q0, sigma_v0 : initial priors on q_0, v_0 (loose: the initial state is uncertain)
+    robust : None, "huber" or "cauchy"
+        Loss of the observation factors (gtsam's ``noiseModel.Robust`` M-estimators, applied
+        the same way, by iteratively reweighted least squares: each whitened reading residual
+        u = r / sigma is weighted by w(u), Huber w = min(1, c / |u|), Cauchy
+        w = 1 / (1 + (u / c)^2)), so that outlying readings pull on the estimate with a
+        bounded (Huber) or vanishing (Cauchy) force.  None: Gaussian (least squares).
+    robust_width : c, in sensor sigmas (default 1.345 for Huber and 2.385 for Cauchy, the
+        usual 95 %-efficiency constants)
     max_iterations : Gauss-Newton solves per step (online) or in total (batch)
     relative_tolerance : online window convergence: the Gauss-Newton model predicts a decrease
         of at most this fraction of the window error (1e-3: the remaining change of the
@@ -80,6 +123,16 @@ class EstimatorSettings:
     sigma_v0: object = 1.0
     max_iterations: int = 50
     relative_tolerance: float = 1e-3
+    robust: str | None = None
+    robust_width: float | None = None
+
+    def __post_init__(self):
+        if self.robust not in ROBUST_LOSSES:
+            raise UsageError(f"robust must be one of {', '.join(map(repr, ROBUST_LOSSES))}, "
+                             f"got {self.robust!r}")
+        if self.robust_width is not None and not float(self.robust_width) > 0.0:
+            raise UsageError(f"robust_width must be a positive number of sigmas, got "
+                             f"{self.robust_width!r}")
 
     def forward_settings(self, dt: float) -> LeastSquaresSettings:
         return LeastSquaresSettings(dt=float(dt), integrator="trapezoidal",
@@ -197,7 +250,12 @@ class ObservedProblem(LeastSquaresProblem):
         else:
             term = super().nonlinear_term(steps, rows)
         steps = np.asarray(steps, int)
+        loss = self.est.robust
+        width = (self.est.robust_width if self.est.robust_width is not None
+                 else ROBUST_WIDTH.get(loss))
         for s, z, has in zip(self.sensors, self._z, self._has):
             f = observation_residual(self.mech, s, z[steps])
+            if loss is not None:
+                f = _robust(f, s.sigma, loss, width)
             term.residuals.append((_masked(f, has[steps]), s.sigma))
         return term

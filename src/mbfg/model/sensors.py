@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
 
 __all__ = ["Sensor", "AngleEncoder", "Gyroscope", "Accelerometer", "Marker", "Distance",
-           "SensorSet", "Readings", "SENSOR_TYPES", "wrap_angle", "readings_on_grid"]
+           "SensorSet", "Readings", "SENSOR_TYPES", "wrap_angle", "readings_on_grid",
+           "finite_readings", "INVALID_READINGS"]
 
 _R90 = np.array([[0.0, -1.0], [1.0, 0.0]])  # +90 deg rotation: perp(v) = _R90 @ v
 
@@ -524,6 +525,55 @@ class SensorSet(tuple):
         return out
 
 
+INVALID_READINGS = ("raise", "skip")
+"""What :func:`finite_readings` does with a reading that is not a finite number."""
+
+
+def finite_readings(sensors: tuple | SensorSet, readings: list, invalid: str = "raise") -> tuple:
+    """Readings whose values are all finite numbers.
+
+    Parameters
+    ----------
+    sensors : sequence of Sensor
+    readings : one ``(steps, values)`` per sensor; ``values`` (len(steps), dim)
+    invalid : "raise" or "skip"
+        A reading with a NaN or infinite component raises :class:`~mbfg.errors.DataError`
+        naming the sensor, the reading and its step (``"raise"``), or is dropped
+        (``"skip"``: the step then has no reading of that sensor, like a slower sensor).
+
+    Returns
+    -------
+    (readings, skipped) : list of :class:`Readings` (one per sensor), and the number of
+    readings dropped.
+    """
+    from mbfg.errors import DataError, UsageError
+    if invalid not in INVALID_READINGS:
+        raise UsageError(f"invalid_readings must be one of {', '.join(INVALID_READINGS)}, "
+                         f"got {invalid!r}")
+    sensors = tuple(sensors)
+    if len(readings) != len(sensors):
+        raise DataError(f"{len(sensors)} sensors but {len(readings)} reading lists; expected "
+                        f"one (steps, values) per sensor")
+    out, skipped = [], 0
+    for s, (steps, values) in zip(sensors, readings):
+        steps = np.asarray(steps, int).ravel()
+        values = np.asarray(values, float)
+        if values.size != steps.size * s.dim:
+            raise DataError(f"{s.label}: {steps.size} reading steps but values of shape "
+                            f"{values.shape}; expected ({steps.size}, {s.dim})")
+        values = values.reshape(steps.size, s.dim)
+        ok = np.all(np.isfinite(values), axis=1)
+        if not np.all(ok):
+            if invalid == "raise":
+                i = int(np.argmax(~ok))
+                raise DataError(f"{s.label}: reading {i} (step {steps[i]}) is "
+                                f"{values[i].tolist()}; expected finite numbers (drop it, or "
+                                f"pass invalid_readings='skip' to skip such readings)")
+            skipped += int(np.sum(~ok))
+        out.append(Readings(steps[ok], values[ok]))
+    return out, skipped
+
+
 def readings_on_grid(sensors: tuple | SensorSet, readings: list, n_steps: int) -> list:
     """Each sensor's readings placed on the time grid of ``n_steps`` steps.
 
@@ -543,22 +593,13 @@ def readings_on_grid(sensors: tuple | SensorSet, readings: list, n_steps: int) -
     ------
     DataError
         When the numbers of sensors and reading lists differ, a reading has the wrong number of
-        components or a step is negative.
+        components or a non-finite one, or a step is negative.
     """
     from mbfg.errors import DataError
     sensors = tuple(sensors)
-    if len(readings) != len(sensors):
-        raise DataError(f"{len(sensors)} sensors but {len(readings)} reading lists; expected "
-                        f"one (steps, values) per sensor")
     n_steps = int(n_steps)
     out = []
-    for s, (steps, values) in zip(sensors, readings):
-        steps = np.asarray(steps, int).ravel()
-        values = np.asarray(values, float)
-        if values.size != steps.size * s.dim:
-            raise DataError(f"{s.label}: {steps.size} reading steps but values of shape "
-                            f"{values.shape}; expected ({steps.size}, {s.dim})")
-        values = values.reshape(steps.size, s.dim)
+    for s, (steps, values) in zip(sensors, finite_readings(sensors, readings, "raise")[0]):
         if steps.size and steps.min() < 0:
             raise DataError(f"{s.label}: negative reading step {steps.min()}; expected steps "
                             f"0..{n_steps - 1}")

@@ -411,6 +411,11 @@ class FixedLagSmoother:
             if err <= residual_floor(self.step_tolerance):
                 converged = True  # every whitened residual is at rounding level already
                 break
+            if it == 0 and not np.isfinite(err):  # nothing to fall back to
+                raise ConvergenceError(
+                    f"fixed-lag smoother: the error of window {steps[0]}-{steps[-1]} is not "
+                    f"finite at its initial estimate (a non-finite input or a diverged "
+                    f"previous step)", residual=err, iterations=0)
             if not err <= prev_err * (1.0 + 1e-9):  # the last step raised the error
                 W, err, it, lin = self._fallback(W_prev, terms, keys, steps, it)
                 converged = True
