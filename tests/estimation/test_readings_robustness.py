@@ -215,3 +215,33 @@ def test_readings_at_a_quarter_of_the_step_rate(case, method):
     slow = [Readings(r.steps[::4], r.values[::4])]
     every = _rmse(model, _run(case, method), truth)
     assert _rmse(model, _run(case, method, slow), truth) < 2.5 * every
+
+
+# ---------------------------------------------------------------------------- coverage
+def test_coverage_counts_the_steps_inside_the_two_sigma_band():
+    """A synthetic estimate with exactly Gaussian errors of its reported sigma covers the truth
+    in about 95 % of the steps; one that reports half its real sigma in about 68 %."""
+    from mbfg.benchmarking.estimation_review import coverage
+    rng = np.random.default_rng(3)
+    T, dt, sigma = 40000, 0.005, 0.01
+    truth_q = np.zeros((T, 2))
+    err = sigma * rng.normal(size=T)
+    q = truth_q.copy()
+    q[:, 1] = err
+
+    def result(reported):
+        z_std = np.full((T, 1), reported)
+        return EstimationResult("x", np.arange(T) * dt, q, q, q, z_std=z_std,
+                                stats=Stats.of("x", 0.0, T, indices=(1,)))
+
+    truth = (None, truth_q)
+    assert coverage(result(sigma), truth, 1, dt) == pytest.approx(0.9545, abs=0.005)
+    assert coverage(result(sigma / 2), truth, 1, dt) == pytest.approx(0.6827, abs=0.01)
+    assert np.isnan(coverage(result(sigma), truth, 0, dt))   # no std of coordinate 0
+
+
+def test_graph_estimators_name_the_columns_of_their_stds(case):
+    model = case[0]
+    res = _run(case, "fg-online", covariance=True)
+    assert res.stats["indices"] == tuple(int(i) for i in model.angle_coords)
+    assert res.z_std.shape == (len(case[2][0]), len(model.angle_coords))

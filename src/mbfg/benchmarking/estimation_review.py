@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from mbfg.results import EstimationResult
 
 __all__ = ["ESTIMATORS", "review_fourbar", "sensor_setups", "simulate_prototype", "metrics",
-           "run_case", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA", "MODEL_GRAVITY",
-           "ANGLE_OFFSET", "CRANK"]
+           "run_case", "coverage", "COVERAGE_AFTER", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA",
+           "MODEL_GRAVITY", "ANGLE_OFFSET", "CRANK"]
 
 ENCODER_SIGMA = math.radians(1.0)      # 17.453e-3 rad
 GYRO_SIGMA = 9.839e-4                  # rad/s (983.943e-6 in the review)
@@ -116,8 +116,28 @@ def metrics(
             err = wrap_angle(err)
         out[f"{name}_rmse"] = _rmse(err)
         out[f"{name}_rmse_after"] = _rmse(err[i0:])
+    # the reported standard deviations are those of the causal (or batch) estimate
+    out["coverage_2sigma"] = float("nan") if smoothed else coverage(result, truth, k, dt)
     out["ms_per_step"] = float(result.stats.get("ms_per_step", float("nan")))
     return out
+
+
+COVERAGE_AFTER = 0.5
+"""Coverage is measured after this time [s] (the initial transient of a wrong start)."""
+
+
+def coverage(result: Any, truth: ArrayLike, k: int, dt: float, *,
+             after: float = COVERAGE_AFTER) -> float:
+    """Fraction of the steps after ``after`` s at which the estimator's reported 2-sigma band
+    of coordinate k holds the true value (a consistent Gaussian estimate: about 0.95).  NaN
+    when the estimator reports no standard deviation of coordinate k (``z_std`` with its
+    columns named by ``stats["indices"]``)."""
+    indices = tuple(result.stats.extra.get("indices", ())) if result.z_std is not None else ()
+    if k not in indices:
+        return float("nan")
+    i0 = int(round(after / dt))
+    err = wrap_angle(result.q[i0:, k] - np.asarray(truth[1])[i0:len(result.q), k])
+    return float(np.mean(np.abs(err) <= 2.0 * result.z_std[i0:, indices.index(k)]))
 
 
 def run_case(
@@ -152,5 +172,5 @@ def run_case(
     m = metrics(res, truth, k, dt)
     if res.q_smoothed is not None:
         m.update({f"smoothed_{key}": v for key, v in metrics(res, truth, k, dt, smoothed=True).items()
-                  if key != "ms_per_step"})
+                  if key not in ("ms_per_step", "coverage_2sigma")})
     return (m, res) if return_result else m

@@ -81,6 +81,12 @@ def _forces(problem, parts):
     return Q
 
 
+def _std_indices(mech, covariance):
+    """Stats entry naming the coordinates of the columns of z_std / zd_std (as the filters'
+    ``indices``): the relative angle coordinates, when covariances were computed."""
+    return {"indices": tuple(int(i) for i in mech.angle_coords)} if covariance else {}
+
+
 def _stds(mech, covs):
     """z_std, zd_std of the relative angle coordinates from (T, dim, dim) covariances."""
     idx = np.asarray(mech.angle_coords, int)
@@ -166,7 +172,8 @@ def estimate_online(
     z_std, zd_std = _stds(model, covs) if covariance else (None, None)
     stats = Stats.of("fg-online", seconds, N, sm.iterations, converged=not sm.unconverged,
                      window=int(window), max_iterations_per_step=sm.max_iterations_per_step,
-                     fallbacks=sm.fallbacks, unconverged_steps=sm.unconverged)
+                     fallbacks=sm.fallbacks, unconverged_steps=sm.unconverged,
+                     **_std_indices(model, covariance))
     res = EstimationResult("fg-online", np.arange(N) * dt, p["q"], p["v"], p["a"],
                            s["q"], s["v"], s["a"], z_std=z_std, zd_std=zd_std,
                            Q=_forces(problem, p), stats=stats)
@@ -242,4 +249,5 @@ def estimate_batch(
                             p["q"].copy(), p["v"].copy(), p["a"].copy(),
                             z_std=z_std, zd_std=zd_std, Q=_forces(problem, p),
                             stats=Stats.of("fg-batch", seconds, N, st.iterations, st.converged,
-                                           final_error=st.final_error))
+                                           final_error=st.final_error,
+                                           **_std_indices(model, covariance)))
