@@ -146,7 +146,9 @@ def estimate(
         the last finite step.
     """
     est = estimator(method)
-    readings, skipped = finite_readings(sensors, readings, invalid_readings)
+    skipped = 0
+    if readings is not None:  # (a registered estimator may take its readings otherwise)
+        readings, skipped = finite_readings(sensors, readings, invalid_readings)
     if "inputs" in options:  # the motors' inputs become known forces for every estimator
         options["forces"] = with_inputs(model, options.get("forces"), options.pop("inputs"))
     if est.accepts("seed"):
@@ -154,6 +156,8 @@ def estimate(
     if progress is not None and est.accepts("progress"):
         options["progress"] = progress
     result = est(model, sensors, readings, dt, n_steps, **options)
+    if not isinstance(result, EstimationResult):
+        return result
     return _checked(result.with_stats(skipped_readings=skipped) if skipped else result)
 
 

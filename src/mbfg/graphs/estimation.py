@@ -45,21 +45,26 @@ def robust_weights(u: np.ndarray, loss: str, width: float) -> np.ndarray:
     return 1.0 / (1.0 + (a / width) ** 2)
 
 
+def _row_scaled(f, scale):
+    """Residual family ``f`` with its rows and their Jacobians multiplied by ``scale(e)`` (an
+    array broadcasting to e (T, r); held constant in the Jacobian)."""
+
+    def g(p, jacobians=True):
+        e, J = f(p, jacobians)
+        s = np.broadcast_to(scale(e), e.shape)
+        if J is not None:
+            J = {k: A * s[:, :, None] for k, A in J.items()}
+        return e * s, J
+
+    g.slots = f.slots
+    return g
+
+
 def _robust(f, sigma, loss, width):
     """Residual family ``f`` of sigma ``sigma`` with its rows scaled by sqrt(w(r / sigma))
     (iteratively reweighted least squares; the weight is held constant in the Jacobian, as
     gtsam's robust noise models do)."""
-
-    def g(p, jacobians=True):
-        e, J = f(p, jacobians)
-        s = np.sqrt(robust_weights(e / sigma, loss, width))
-        e = e * s
-        if J is not None:
-            J = {k: A * s[:, :, None] for k, A in J.items()}
-        return e, J
-
-    g.slots = f.slots
-    return g
+    return _row_scaled(f, lambda e: np.sqrt(robust_weights(e / sigma, loss, width)))
 
 
 @dataclass(frozen=True)
@@ -175,16 +180,7 @@ def _rows(f, idx):
 def _masked(f, mask):
     """Residual family ``f`` with its rows multiplied by ``mask`` (T,) (0: no reading)."""
     m = np.asarray(mask, float)[:, None]
-
-    def g(p, jacobians=True):
-        e, J = f(p, jacobians)
-        e = e * m
-        if J is not None:
-            J = {s: A * m[:, :, None] for s, A in J.items()}
-        return e, J
-
-    g.slots = f.slots
-    return g
+    return _row_scaled(f, lambda e: m)
 
 
 class ObservedProblem(LeastSquaresProblem):

@@ -11,7 +11,9 @@ This loop keeps the estimate as a numpy array ``X`` (one row per step vector, se
 * ``delta`` by sequential QR elimination in time order (in C++; QR rather than Cholesky
   because the constraint factors are many orders tighter than the others);
 * the step is accepted if the total error decreases; otherwise Levenberg-Marquardt damping
-  ``lambda ||delta||^2`` is added and the step retried.
+  ``lambda ||D delta||^2`` with Marquardt's scaling D^2 = diag(J^T J) is added and the step
+  retried (the damping is then dimensionless: it weighs each component by its own
+  curvature, which in these graphs spans many orders of magnitude).
 
 Stopping: the error decrease of an accepted step, or the decrease the Gauss-Newton model
 predicts, falls below ``relative_tolerance`` times the error (or the error below
@@ -94,6 +96,22 @@ def read_delta(delta: gtsam.VectorValues, keys: list) -> np.ndarray:
     return np.stack([delta.at(int(k)) for k in keys])
 
 
+def marquardt_scale(lin: gtsam.GaussianFactorGraph, keys: list, dim: int) -> np.ndarray:
+    """(len(keys), dim) square roots of the diagonal of J^T J of ``lin``: Marquardt's scaling
+    of the damping, lambda diag(J^T J) (gtsam's ``diagonalDamping``), so that damping acts
+    alike on every component however differently the whitened rows weigh them.  Components
+    the rows do not touch get the smallest nonzero scale of the system."""
+    ijs = lin.sparseJacobian_()  # 1-based (row, column, value); columns: sorted keys, then b
+    cols = ijs[1].astype(int) - 1
+    var = cols < len(keys) * dim
+    d = np.bincount(cols[var], weights=ijs[2][var] ** 2, minlength=len(keys) * dim)
+    order = np.argsort(np.argsort(np.asarray(keys, dtype=np.uint64)))  # key -> sorted position
+    d = d.reshape(len(keys), dim)[order]
+    positive = d[d > 0.0]
+    floor = positive.min() if positive.size else 1.0
+    return np.sqrt(np.maximum(d, floor))
+
+
 def optimize(
     terms: list,
     X: ArrayLike,
@@ -136,6 +154,7 @@ def optimize(
     trial = 0  # consecutive undamped steps taken although they raised the error
     while not converged and stats.iterations < max_iterations:
         base = linearize(terms, X, keys)
+        damping_scale = None  # of this linearization, when a damped step needs it
         accepted = False
         while stats.iterations < max_iterations and lam <= 1e12:
             stats.iterations += 1
@@ -143,10 +162,11 @@ def optimize(
             if lam > 0.0:
                 lin = gtsam.GaussianFactorGraph()
                 lin.push_back(base)
-                s = np.sqrt(lam) * np.eye(dim)
+                if damping_scale is None:
+                    damping_scale = marquardt_scale(base, keys, dim)
                 z, model = np.zeros(dim), unit_noise(dim)
-                for k in keys:
-                    lin.add(k, s, z, model)
+                for i, k in enumerate(keys):
+                    lin.add(k, np.diag(np.sqrt(lam) * damping_scale[i]), z, model)
             try:
                 delta = lin.eliminateSequential(ordering, gtsam.EliminateQR).optimize()
                 predicted = float(base.error(delta))
@@ -182,6 +202,7 @@ def optimize(
                 X, err, trial = best_X, best_err, 0
                 lam = initial_lambda
                 base = linearize(terms, X, keys)
+                damping_scale = None
                 continue
             lam = initial_lambda if lam == 0.0 else lam * 10.0
         if not accepted or converged:
@@ -197,6 +218,6 @@ def optimize(
 
 
 __all__ = [
-    "SolverStats", "step_converged", "residual_floor",
+    "SolverStats", "step_converged", "residual_floor", "marquardt_scale",
     "total_error", "linearize", "read_delta", "optimize"
 ]
