@@ -245,3 +245,15 @@ def test_graph_estimators_name_the_columns_of_their_stds(case):
     res = _run(case, "fg-online", covariance=True)
     assert res.stats["indices"] == tuple(int(i) for i in model.angle_coords)
     assert res.z_std.shape == (len(case[2][0]), len(model.angle_coords))
+
+
+def test_the_online_window_holds_a_number_of_readings_not_of_steps():
+    from mbfg.estimation.graph_estimators import window_steps
+    every = [Readings(np.arange(100), np.zeros((100, 1)))]
+    slow = [Readings(np.arange(0, 100, 4), np.zeros((25, 1)))]
+    gap = [Readings(np.r_[0:20, 80:100], np.zeros((40, 1)))]
+    assert window_steps(every, 10, 100) == 10
+    assert window_steps(slow, 10, 100) == 40
+    assert window_steps(gap, 10, 100) == 10          # a gap does not lengthen it
+    assert window_steps(slow, 10, 30) == 30          # at most the horizon
+    assert window_steps([Readings(np.zeros(0, int), np.zeros((0, 1)))], 3, 50) == 3

@@ -59,7 +59,8 @@ if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
     from mbfg.model.sensors import Sensor, SensorSet
 
-__all__ = ["estimate_online", "estimate_batch", "EstimatorSettings", "ONLINE_FORCE_SETTINGS"]
+__all__ = ["estimate_online", "estimate_batch", "EstimatorSettings", "ONLINE_FORCE_SETTINGS",
+           "window_steps"]
 
 
 def _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0, forces=None,
@@ -79,6 +80,22 @@ def _forces(problem, parts):
     Q = np.zeros((parts["q"].shape[0], problem.mech.n))
     Q[:, list(problem.force_indices)] = parts["Q"]
     return Q
+
+
+def window_steps(readings: Sequence, window: int, n_steps: int) -> int:
+    """Steps of a fixed-lag window that holds about ``window`` reading times: ``window`` times
+    the median number of steps between consecutive steps with at least one reading (1 when
+    every step has one; gaps are rare, so they do not lengthen it), at most ``n_steps``.
+
+    With few readings in the window, the steps that leave it are marginalized at a
+    linearization that the readings have hardly corrected, which biases an estimator with a
+    force state (encoder every 4th step on the review four-bar, ``fg-online+force``: crank
+    RMSE 0.066 rad with 10 steps, 0.007 rad with 40)."""
+    steps = np.unique(np.concatenate([np.asarray(r[0], int).ravel() for r in readings]
+                                     + [np.zeros(0, int)]))
+    steps = steps[(steps >= 0) & (steps < n_steps)]
+    spacing = int(np.median(np.diff(steps))) if steps.size > 1 else 1
+    return int(max(1, min(int(window) * max(spacing, 1), int(n_steps))))
 
 
 def _std_indices(mech, covariance):
@@ -123,7 +140,11 @@ def estimate_online(
     n_steps : int
         Number of steps of the grid (including step 0).
     window : int
-        Steps in the fixed-lag window.
+        Reading times in the fixed-lag window: with a reading at every step, the window's
+        number of steps; with sparser readings the window is lengthened to
+        ``window`` times the median number of steps between steps that have a reading (an
+        encoder read every 4th step: 4 x ``window`` steps), so that it always holds about
+        ``window`` readings (:func:`window_steps`; ``stats["window"]`` is the length used).
     settings : EstimatorSettings, optional
     q0, qd0 : (n,), optional
         Initial guess of the state (default: the model's ``q0`` at rest).
@@ -146,6 +167,7 @@ def estimate_online(
                                    forces, robust)
     N = int(n_steps)
     lay = problem.layout
+    window = window_steps(readings, window, N)
     sm = FixedLagSmoother(problem, window, max_iterations=est.max_iterations,
                            relative_tolerance=est.relative_tolerance, reselect=None,
                            on_failure="best")
