@@ -1,43 +1,92 @@
 """Particle filter with branch inference (Sanjurjo, Blanco-Claraco et al. 2015, "Multibody
-dynamics as Bayesian networks", Algorithm 1 MBD_SIR), vectorized over particles with numpy.
+dynamics as Bayesian networks", Algorithm 1 MBD_SIR), vectorized over particles with numpy,
+with an informative proposal, selective resampling and a mode-loss monitor.
 
-Each particle carries the independent coordinates z, their rates zdot, a sampled
-acceleration zddot and a branch label B in {-1, +1}: the orientation sign of the triangle of
-three points (i, j, k) whose middle point j has two assemblies (for a four-bar, the coupler-
-rocker joint mirrored across the line from the crank pin to the rocker's ground pivot).  Per
-step (Algorithm 1):
+Each particle carries the independent coordinates z, their rates zdot and a branch label B in
+{-1, +1}: the orientation sign of the triangle of three points (i, j, k) whose middle point j
+has two assemblies (for a four-bar, the coupler-rocker joint mirrored across the line from the
+crank pin to the rocker's ground pivot).  The dependent coordinates follow z by a batched
+Newton position problem started at each particle's previous q (continuation: the particle
+stays on its branch).
 
-* line 2, numerical integration: explicit RK4 as in the paper, of zddot = f(z, zdot) + v with
-  the particle's sampled acceleration noise v held over the step (its first stage uses the
-  particle's zddot); ``integrator="constant"`` instead holds the sampled zddot over the step
-  (z' = z + dt zdot + dt^2/2 zddot: one position problem per step instead of four, but first
-  order: on the small, fast 2015 four-bar it drifts by ~1 rad within 1 s without readings);
-* the dependent coordinates from z' by a batched Newton position problem started at each
-  particle's previous q (continuation: the particle stays on its branch);
-* line 3, probabilistic equations of motion: zddot' = f(z', zdot') + N(0, sigma_a^2)
-  (Eqs. 11-13, f the model's independent dynamics);
-* line 5, weights times the Gaussian likelihood of the step's readings (Eq. 10, with the
-  sensor sigmas the filter assumes: ``sensor_sigmas``);
-* lines 7-14, normalization and selective resampling when the effective sample size drops
-  below ``resample_threshold * M`` (systematic resampling).
+Transition (the paper's lines 2-3, Eqs. 11-13): the model's independent dynamics
+zddot = f(z, zdot) integrated over the step (by default the classical Runge-Kutta step of
+:func:`mbfg.model.integrate.independent_step`, as in the paper; ``integrator="heun"``: Heun's
+predictor-corrector, two position problems per step instead of five, enough for slow
+mechanisms), plus an acceleration noise w ~ N(0, sigma_a^2)
+held over the step: x_k = Phi(x_{k-1}) + G w_k with G = [dt^2/2, dt] per coordinate.
+
+Proposal.  The paper samples w blindly (the "bootstrap" proposal) and weights by the
+likelihood of the readings.  With precise sensors (the review's gyroscope reads to 1e-3
+rad/s, while one step of process noise spreads the rates by sigma_a dt) almost every sample
+then misses the reading: the effective sample size collapses and the filter loses the mode.
+Here (``proposal="optimal"``, default) w is drawn from the locally linearized optimal proposal
+p(w | x_{k-1}, o_k) (Doucet, Godsill & Andrieu 2000): with h(w) ~ h0 + H w (H from the
+sensors' exact Jacobians, dh/dw = H_q R dt^2/2 + H_v R dt + H_a R),
+
+    S = H Sigma_a H^T + Sigma_s,   K = Sigma_a H^T S^-1,
+    w ~ N(K (o - h0), Sigma_a - K H Sigma_a),
+
+and the weight is multiplied by the exact importance ratio
+p(o | x_k) N(w; 0, Sigma_a) / N(w; K r, Sigma_a - K H Sigma_a) (unbiased whatever the quality
+of the linearization).  Resampling (systematic) only when the effective sample size drops
+below ``resample_threshold * M`` (Algorithm 1, lines 11-14).
+
+Acceleration noise.  sigma_a^2 + (``model_error`` f)^2 per particle, f its model
+acceleration: a floor from the mechanism's scales plus a relative model error (a fast phase
+of a well-modelled mechanism still has integration error in proportion to its acceleration).
+With ``init="gaussian"`` (tracking from a guess, possibly with a wrong model) the noise is
+also adapted by covariance matching: the prior-weighted normalized innovation squared per
+reading component averages 1 when the noise is right; its running mean (rate
+:data:`ADAPT_RATE`) scales the noise variance up, to at most :data:`ADAPT_MAX`^2 times, and
+back down to 1.  With ``init="uniform"`` it is not adapted: there the innovations measure
+the spread of the hypotheses, not the noise.
+
+Regularized resampling.  While the branch is undecided (``init="uniform"``), copies of a
+resampled particle are spread in z over the spacing of the initial cover (range / M) and
+re-assembled on their own branch, so that the ridge of initial states that explain the first
+readings stays sampled at the cover's resolution (without it 1000 particles lock onto a
+wrong angle, or the wrong branch, in some runs).
+
+Mode loss.  For every reading the normalized innovation squared of each particle, r^T S^-1 r,
+is compared with the chi-square quantile of ``1 - loss_probability``.  When not one particle
+explains ``patience`` readings in a row (or no particle assembles), the filter has lost the
+mode: it restarts, at most ``max_restarts`` times, from its initial prior (about the current
+estimate with ``init="gaussian"``; the whole turn, both branches, rates up to twice the
+estimate with ``init="uniform"``, but only while the mechanism is slower than omega_c s: a
+global restart at speed locks onto wrong modes).  Otherwise it raises
+:class:`~mbfg.errors.ConvergenceError` whose ``partial`` is the result up to the last step
+whose reading a particle explained.  A diverged estimate is not returned as a result when
+its readings show it; a wrong mode that explains every reading (rates only, far too much
+process noise) cannot be seen by any monitor.
+
+Noise settings come from the mechanism's scales (:mod:`mbfg.model.scales`): with
+omega_c = sqrt(|g| / ell) (:func:`mbfg.model.identification.characteristic_rate`) and s the
+scale of each independent coordinate (1 rad, or ell for a point coordinate), the default
+sigma_a = ``model_error`` omega_c^2 s, the initial spread 0.25 s and 0.25 omega_c s, the
+uniform start's rate bound 0.5 omega_c s.
 
 Estimates (Eq. 19): weighted means, the angles by the circular mean (footnote 6); P(B = b)
 (Eq. 20) as the summed weights of the particles on branch b.
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mbfg.errors import ConvergenceError, UsageError
 from mbfg.estimation.common import (applied_forces, filter_result, initial_state, innovation,
                                     predict_readings, prepare_readings, reading_variances,
                                     systematic_resample, weighted_mean)
 from mbfg.model.dynamics import independent_state
 from mbfg.model.forces import force_function
+from mbfg.model.identification import characteristic_rate
 from mbfg.model.integrate import independent_step
 from mbfg.model.kinematics import solve_positions_batch
+from mbfg.model.scales import coordinate_scales
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -47,7 +96,22 @@ if TYPE_CHECKING:
     from mbfg.model.sensors import SensorSet
     from mbfg.results import EstimationResult
 
-__all__ = ["particle_filter", "branch_sign", "default_branch_points", "mirror_branch"]
+__all__ = ["particle_filter", "branch_sign", "default_branch_points", "mirror_branch",
+           "noise_scales", "MODEL_ERROR", "INITIAL_SPREAD", "ADAPT_RATE",
+           "ADAPT_MAX"]
+
+MODEL_ERROR = 0.1
+"""Default ``model_error``: sigma_a = MODEL_ERROR omega_c^2 s (dimensionless)."""
+
+ADAPT_RATE = 0.1
+"""Smoothing and step of the noise adaptation per reading (dimensionless)."""
+
+ADAPT_MAX = 10.0
+"""Largest factor the adaptation puts on the acceleration noise (dimensionless)."""
+
+INITIAL_SPREAD = 0.25
+"""Default initial spread about the guess, in units of each coordinate's scale s (and of
+omega_c s for the rates) (dimensionless)."""
 
 
 # ================================================================================ branches
@@ -114,7 +178,92 @@ def _sweep_table(model, q, idx, span=np.pi, step=np.radians(2.0)):
     return np.asarray(zs)[order], np.asarray(qs)[order]
 
 
-# ========================================================================= the filter
+def noise_scales(model: Mechanism, indices: ArrayLike) -> tuple[np.ndarray, float]:
+    """Scales of the independent coordinates ``indices``: s (d,) (1 for an angle, the
+    characteristic length ell for a point coordinate) and the rate omega_c = sqrt(|g| / ell)
+    [1/s].  :class:`~mbfg.errors.UsageError` without gravity (then no acceleration scale
+    follows from the mechanism: give ``sigma_a`` and the initial spreads)."""
+    s = coordinate_scales(model)[np.asarray(indices, int)]
+    w = characteristic_rate(model)
+    return s, w
+
+
+def _need(value, name, w):
+    if value is None and not np.isfinite(w):
+        raise UsageError(f"the particle filter derives {name} from gravity, which this "
+                         f"mechanism has none of; give {name}=...")
+
+
+def _proposal(model, sensors, avail, st, zd, f, sig, sa2, dt, coef=None):
+    """Linearized optimal proposal at the predicted states: innovation r (N, k), its
+    covariance S (N, k, k), mean (N, d) and covariance (N, d, d) of w, and the readings'
+    angular mask.  ``st`` holds q, R at the predicted positions, ``zd``, ``f`` the predicted
+    rates and model accelerations."""
+    R = st.R
+    qd = np.einsum("pij,pj->pi", R, zd)
+    qdd = np.einsum("pij,pj->pi", st.S, st.c) + np.einsum("pij,pj->pi", R, f)
+    h, o, ang = predict_readings(model, sensors, avail, st.q, qd, qdd)
+    r = innovation(o[None], h, ang)
+    cq, cv, ca = (0.5 * dt * dt, dt, 1.0) if coef is None else coef
+    blocks = []
+    for i, _ in avail:
+        J = sensors[i].jacobians(model, st.q, qd, qdd)
+        H = 0.0
+        if "q" in J and cq:
+            H = H + cq * (J["q"] @ R)
+        if "v" in J and cv:
+            H = H + cv * (J["v"] @ R)
+        if "a" in J and ca:
+            H = H + ca * (J["a"] @ R)
+        blocks.append(np.broadcast_to(H, (R.shape[0], sensors[i].dim, R.shape[2])))
+    H = np.concatenate(blocks, axis=1)                              # (N, k, d)
+    var = reading_variances(sensors, avail, sig)
+    sa2 = np.broadcast_to(sa2, (R.shape[0], R.shape[2]))
+    HS = H * sa2[:, None, :]                                        # H Sigma_a
+    S = np.einsum("pkd,pld->pkl", HS, H) + np.diag(var)[None]
+    Sinv = np.linalg.inv(S)
+    K = np.einsum("pkd,pkl->pdl", HS, Sinv)                         # Sigma_a H^T S^-1
+    mean = np.einsum("pdl,pl->pd", K, r)
+    P = sa2[:, :, None] * np.eye(sa2.shape[1])[None] - np.einsum("pdl,plj->pdj", K, HS)
+    nis = np.einsum("pk,pkl,pl->p", r, Sinv, r)
+    return mean, P, nis, var, ang, o
+
+
+def _gauss_logpdf(x, mean, cov):
+    """log N(x; mean, cov) for batches (N, d), (N, d), (N, d, d) (or (d,), (N, d) diagonal)."""
+    d = x.shape[-1]
+    e = x - mean
+    if cov.ndim <= 2:
+        return -0.5 * (np.sum(e * e / cov, axis=-1) + np.sum(np.log(2 * np.pi * cov), axis=-1))
+    L = np.linalg.cholesky(cov)
+    y = np.linalg.solve(L, e[..., None])[..., 0]
+    logdet = 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    return -0.5 * (np.sum(y * y, axis=-1) + logdet + d * np.log(2 * np.pi))
+
+
+def _initial_rates(model, sensors, avail, st, zd, logw, zds, sig, dt, rng, idx, Q,
+                   bound=None):
+    """Rates of the initial particles drawn from their prior conditioned on the first
+    readings (linearized, with the exact importance ratio as weight): the prior N(zd, zds^2),
+    or with ``bound`` U(-bound, bound) (proposed from N(0, bound^2 / 3) conditioned)."""
+    M, d = zd.shape
+    if bound is not None:
+        zd = np.zeros_like(zd)
+        zds = np.full(d, bound / math.sqrt(3.0))
+    v2 = np.asarray(zds, float) ** 2
+    mean, P, _, _, _, _ = _proposal(model, sensors, avail, st, zd, st.zdd, sig, v2, dt,
+                                    coef=(0.0, 1.0, 0.0))
+    L = np.linalg.cholesky(0.5 * (P + np.swapaxes(P, -1, -2)))
+    delta = mean + np.einsum("pij,pj->pi", L, rng.normal(size=(M, d)))
+    if bound is None:
+        prior = _gauss_logpdf(delta, np.zeros_like(delta), v2)
+    else:
+        prior = np.where(np.all(np.abs(delta) <= bound, axis=-1), -d * math.log(2 * bound),
+                         -np.inf)
+    logw = logw + prior - _gauss_logpdf(delta, mean, P)
+    return independent_state(model, st.q, idx, zd + delta, Q), logw
+
+
 def particle_filter(
     model: Mechanism,
     sensors: SensorSet,
@@ -125,41 +274,63 @@ def particle_filter(
     seed: int = 0,
     q0: ArrayLike | None = None,
     qd0: ArrayLike | None = None,
-    n_particles: int = 100,
-    sigma_a: float = 1.0,
+    n_particles: int = 200,
+    initial_particles: int | None = None,
+    sigma_a: ArrayLike | None = None,
+    model_error: float = MODEL_ERROR,
     sensor_sigmas: ArrayLike | None = None,
-    init: str = "uniform",
+    init: str = "gaussian",
+    z_std: ArrayLike | None = None,
+    zd_std: ArrayLike | None = None,
     z_range: tuple[float, float] | None = None,
-    zd_max: float = 2.0,
-    z_std: float = 0.1,
-    zd_std: float = 0.1,
-    branch_init: str = "uniform",
+    zd_max: float | None = None,
+    branch_init: str | None = None,
     branch_points: ArrayLike | None = None,
     true_branch: int | None = None,
     resample_threshold: float = 0.5,
-    initial_particles: int | None = None,
+    proposal: str = "optimal",
     integrator: str = "rk4",
+    loss_probability: float = 1e-6,
+    patience: int = 5,
+    adapt: bool | None = None,
+    regularize: bool = True,
+    max_restarts: int = 2,
     indices: ArrayLike | None = None,
     forces: ForceInput | None = None,
 ) -> EstimationResult:
-    """Particle filter with branch inference (2015 paper, Algorithm 1).
+    """Particle filter with branch inference (2015 paper, Algorithm 1, with the proposal and
+    the mode-loss monitor of the module docstring).
 
-    Parameters (besides the common ones)
+    Parameters (besides the common ones: ``model``, ``sensors``, ``readings``, ``dt``,
+    ``n_steps``, ``seed``, ``q0``, ``qd0``, ``indices``, ``forces``)
     ----------
     n_particles : int
-        M (100 in the paper's simulation).
-    sigma_a : float
-        Acceleration noise of the probabilistic equations of motion, in the units of zddot
-        (rad/s^2 for a crank angle; the paper's 1 m/s^2 was on a point coordinate).
+        M, the particles kept while tracking.
+    initial_particles : int, optional
+        Start with this many (more than ``n_particles``) and resample down to
+        ``n_particles`` once one branch has probability > 0.99: an unknown initial state and
+        branch need a dense cover, tracking does not.  Default: ``n_particles`` throughout.
+    sigma_a : float or (d,), optional
+        Acceleration noise of the probabilistic equations of motion, in the units of zddot.
+        Default ``model_error * omega_c^2 * s`` (:func:`noise_scales`).
+    model_error : float
+        Dimensionless; see ``sigma_a``.
     sensor_sigmas : sequence or float, optional
-        Sensor sigmas the filter assumes (the paper inflates them: 1 deg/s for a 0.3 deg/s
-        gyroscope); default each sensor's sigma.
-    init : "uniform" or "gaussian"
-        Initial particles: z ~ U(z_range) (default q0's z +- pi, a full turn; restricted to
-        where the mechanism assembles), zdot ~ U(-zd_max, zd_max) (Eq. 22); or Gaussian about
-        (q0, qd0) with ``z_std``, ``zd_std``.  Initial zddot = f(z, zdot) + noise.
-    branch_init : "uniform" or "model"
-        Branch labels ~ U{-1, +1} (Eq. 22) or all on q0's branch.
+        Sensor sigmas the filter assumes; default each sensor's sigma.
+    init : "gaussian" or "uniform"
+        ``"gaussian"`` (default): z ~ N(q0's z, z_std^2), zdot ~ N(qd0's zdot, zd_std^2), like
+        the Kalman filters' initial covariance about the same guess.  ``"uniform"``: the
+        paper's unknown start (Eq. 22): z ~ U(z_range) (default q0's z +- pi s, a full turn
+        for an angle; restricted to where the mechanism assembles), zdot ~ U(-zd_max, zd_max); one
+        independent coordinate only.
+    z_std, zd_std : float or (d,), optional
+        Initial spread (default 0.25 s and 0.25 omega_c s, :data:`INITIAL_SPREAD`); also the
+        spread of a restart after a mode loss.
+    zd_max : float, optional
+        Rate bound of ``init="uniform"`` (default 0.5 omega_c s).
+    branch_init : "model" or "uniform", optional
+        All particles on q0's branch, or B ~ U{-1, +1} (Eq. 22).  Default: "model" with
+        ``init="gaussian"``, "uniform" with ``init="uniform"``.
     branch_points : (i, j, k), optional
         Points of the branch triangle (default :func:`default_branch_points`).
     true_branch : int, optional
@@ -167,21 +338,38 @@ def particle_filter(
         ``stats["branch_probability"]`` (T,) is P(B = true_branch) after each step.
     resample_threshold : float
         Resample when ESS < threshold * M (Algorithm 1: 1/2).
-    initial_particles : int, optional
-        Start with this many particles (more than ``n_particles``) and resample down to
-        ``n_particles`` once one branch has probability > 0.99: the unknown initial state
-        and branch need a dense cover (see ``docs/benchmarks.md``: with 100 particles the
-        true mode is often lost in the first readings), tracking afterwards does not.
-        Default: ``n_particles`` throughout (Algorithm 1).
+    proposal : "optimal" or "prior"
+        The linearized optimal proposal (default) or the paper's blind one.
+    integrator : "rk4" or "heun"
+        Deterministic part of the transition (RK4: 5 position problems per step, Heun: 2).
+    loss_probability, patience, max_restarts
+        Mode-loss monitor: a reading no particle explains at the chi-square level
+        ``1 - loss_probability``, ``patience`` readings in a row, triggers a restart; after
+        ``max_restarts`` restarts the filter gives up (module docstring).
+    adapt : bool, optional
+        Adapt the acceleration noise by covariance matching (default: with
+        ``init="gaussian"`` only).
+    regularize : bool
+        Regularized resampling while the branch is undecided (``init="uniform"``).
 
-    Supports one independent coordinate with uniform initialization (the sweep that builds
-    the per-branch configurations is 1-D); ``init="gaussian"`` works for any DOF.
+    Returns
+    -------
+    EstimationResult
+        Named ``"pf"``: causal weighted-mean estimates, weighted standard deviations in
+        ``z_std``/``zd_std``; stats: ``ms_per_step``, ``p_branch_plus`` (T,), ``ess`` (T,),
+        ``population`` (T,), ``resamples``, ``restarts`` (steps), ``nis_min`` (T,) (the
+        best particle's normalized innovation squared, nan without readings),
+        ``unassembled`` (T,), ``noise_factor`` (T,) (the adaptation's factor on sigma_a),
+        ``sigma_a``, ``branch_probability`` (with ``true_branch``), ``branch_points``,
+        ``n_particles``.
 
-    Returns an :class:`EstimationResult` named ``"pf"``: causal weighted-mean estimates,
-    weighted standard deviations in ``z_std``/``zd_std``; stats: ``ms_per_step``,
-    ``p_branch_plus`` (T,), ``ess`` (T,), ``population`` (T,) (particles at each step),
-    ``resamples``, ``branch_probability`` (if ``true_branch``), ``branch_points``,
-    ``n_particles``.
+    Raises
+    ------
+    ConvergenceError
+        The mode is lost and restarts did not recover it; ``partial`` holds the estimates
+        up to the last step whose reading a particle explained.
+    UsageError
+        Invalid options, or no gravity to derive the default noise from.
     """
     t0 = time.perf_counter()
     n_steps = int(n_steps)
@@ -190,47 +378,83 @@ def particle_filter(
     qa, idx, zd0 = initial_state(model, q0, qd0, indices)
     q0a = qa[0]
     d, n, M_target = idx.size, model.n, int(n_particles)
-    M = max(int(initial_particles or 0), M_target)  # current population size
+    M = max(int(initial_particles or 0), M_target)
+    if init not in ("gaussian", "uniform"):
+        raise UsageError(f"init must be 'gaussian' or 'uniform', got {init!r}")
+    if proposal not in ("optimal", "prior"):
+        raise UsageError(f"proposal must be 'optimal' or 'prior', got {proposal!r}")
+    if integrator not in ("heun", "rk4"):
+        raise UsageError(f"integrator must be 'heun' or 'rk4', got {integrator!r}")
+    adapt = (init == "gaussian") if adapt is None else bool(adapt)
+    branch_init = branch_init or ("model" if init == "gaussian" else "uniform")
+    if branch_init not in ("model", "uniform"):
+        raise UsageError(f"branch_init must be 'model' or 'uniform', got {branch_init!r}")
+    s, wc = noise_scales(model, idx)
+    _need(sigma_a, "sigma_a", wc)
+    sa = (model_error * wc * wc * s if sigma_a is None
+          else np.broadcast_to(np.asarray(sigma_a, float), (d,)).copy())
+    sa2 = sa * sa
+    if init == "gaussian":
+        _need(zd_std, "zd_std", wc)
+    zs0 = INITIAL_SPREAD * s if z_std is None else np.broadcast_to(np.asarray(z_std, float), (d,))
+    zds0 = (INITIAL_SPREAD * wc * s if zd_std is None
+            else np.broadcast_to(np.asarray(zd_std, float), (d,)))
     Qfun = force_function(forces, n)
     pts = default_branch_points(model) if branch_points is None else tuple(branch_points)
     angular = np.isin(idx, model.angle_coords)
     b0 = int(branch_sign(model, q0a, pts))
-
-    # ---- initial particles (Eq. 22)
-    if branch_init == "uniform":
-        B = rng.choice(np.array([-1, 1]), size=M)
-    elif branch_init == "model":
-        B = np.full(M, b0)
-    else:
-        raise ValueError(f"branch_init must be 'uniform' or 'model', got {branch_init!r}")
+    zmax = None
     if init == "uniform":
-        if d != 1:
-            raise ValueError("init='uniform' supports one independent coordinate; use "
-                             "init='gaussian'")
-        zc = float(q0a[idx[0]])
-        lo, hi = (zc - np.pi, zc + np.pi) if z_range is None else z_range
-        zt, qt = _sweep_table(model, q0a, idx, span=max(abs(hi - zc), abs(zc - lo)))
-        lo, hi = max(lo, zt[0]), min(hi, zt[-1])
-        z = rng.uniform(lo, hi, size=(M, 1))
-        zd = rng.uniform(-zd_max, zd_max, size=(M, 1))
-        guess = qt[np.clip(np.searchsorted(zt, z[:, 0]), 0, len(zt) - 1)]
-    elif init == "gaussian":
-        z = q0a[idx][None] + z_std * rng.normal(size=(M, d))
-        zd = zd0[None] + zd_std * rng.normal(size=(M, d))
-        guess = np.broadcast_to(q0a, (M, n))
-    else:
-        raise ValueError(f"init must be 'uniform' or 'gaussian', got {init!r}")
-    q, ok = solve_positions_batch(model, guess, idx, z)
-    wrong = ok & (branch_sign(model, q, pts) != B)
-    if wrong.any():
-        q[wrong], ok2 = solve_positions_batch(model, mirror_branch(model, q[wrong], pts), idx,
-                                             z[wrong])
-        ok[wrong] = ok2
+        _need(zd_max, "zd_max", wc)
+        zmax = 0.5 * wc * float(s[0]) if zd_max is None else float(zd_max)
+    # spacing of the initial uniform cover: the bandwidth of the regularized resampling
+    roughen = None
+    if init == "uniform" and regularize:
+        lo_, hi_ = (-np.pi * s[0], np.pi * s[0]) if z_range is None else z_range
+        roughen = (hi_ - lo_) / M * np.ones(d)
+    from scipy.stats import chi2
+    nis_limit = {}
+
+    def draw(M, zc, zdc, qc, branch_of_q0):
+        """Initial (or restart) particles: z, zd, q, ok."""
+        if branch_init == "uniform" and branch_of_q0 is None:
+            B = rng.choice(np.array([-1, 1]), size=M)
+        else:
+            B = np.full(M, b0 if branch_of_q0 is None else branch_of_q0)
+        if init == "uniform" and branch_of_q0 is None:
+            if d != 1:
+                raise UsageError("init='uniform' supports one independent coordinate; use "
+                                 "init='gaussian'")
+            c = float(zc[0])
+            half = np.pi * float(s[0])      # a full turn (pi ell for a point coordinate)
+            lo, hi = (c - half, c + half) if z_range is None else z_range
+            zt, qt = _sweep_table(model, qc, idx, span=max(abs(hi - c), abs(c - lo)),
+                                  step=np.radians(2.0) * float(s[0]))
+            lo, hi = max(lo, zt[0]), min(hi, zt[-1])
+            z = rng.uniform(lo, hi, size=(M, 1))
+            zd = rng.uniform(-zmax, zmax, size=(M, 1))
+            guess = qt[np.clip(np.searchsorted(zt, z[:, 0]), 0, len(zt) - 1)]
+        else:
+            z = zc[None] + zs0 * rng.normal(size=(M, d))
+            zd = zdc[None] + zds0 * rng.normal(size=(M, d))
+            guess = np.broadcast_to(qc, (M, n))
+        q, ok = solve_positions_batch(model, guess, idx, z)
+        wrong = ok & (branch_sign(model, q, pts) != B)
+        if wrong.any():
+            q[wrong], ok[wrong] = solve_positions_batch(
+                model, mirror_branch(model, q[wrong], pts), idx, z[wrong])
+        return z, zd, q, ok
+
+    z, zd, q, ok = draw(M, q0a[idx], zd0, q0a, None)
     logw = np.where(ok, -np.log(M), -np.inf)
     st = independent_state(model, q, idx, zd, applied_forces(Qfun, 0.0, None, idx, n, M))
-    noise = sigma_a * rng.normal(size=(M, d))
-    zdd = st.zdd + noise
-    qdd = st.qdd + np.einsum("pij,pj->pi", st.R, noise)
+    wnoise = np.zeros((M, d))
+    if proposal == "optimal" and per_step[0]:
+        # the first reading informs the initial rates: draw them from their conditional
+        st, logw = _initial_rates(model, sensors, per_step[0], st, zd, logw, zds0, sig, dt,
+                                  rng, idx, applied_forces(Qfun, 0.0, None, idx, n, M),
+                                  bound=zmax if init == "uniform" else None)
+        zd = st.qd[:, idx]
 
     out_q = np.empty((n_steps, n))
     out_qd = np.empty((n_steps, n))
@@ -239,44 +463,153 @@ def particle_filter(
     zdstd = np.empty((n_steps, d))
     p_plus = np.empty(n_steps)
     ess_t = np.empty(n_steps)
+    nis_t = np.full(n_steps, np.nan)
+    lost_t = np.zeros(n_steps, int)
+    infl_t = np.ones(n_steps)
     population = np.empty(n_steps, int)
-    n_res = 0
+    n_res, restarts, unexplained, last_good = 0, [], 0, -1
+    adapt2, eps_bar = 1.0, 1.0
+    decided = False
     z_prev = q0a[idx].copy()
+    bmax_prev = b0
+
+    def result(upto, extra=None):
+        stats = {"indices": tuple(int(i) for i in idx), "n_particles": M_target,
+                 "sigma_a": tuple(float(x) for x in sa), "integrator": integrator,
+                 "proposal": proposal, "p_branch_plus": p_plus[:upto], "ess": ess_t[:upto],
+                 "nis_min": nis_t[:upto], "unassembled": lost_t[:upto],
+                 "noise_factor": infl_t[:upto], "resamples": n_res, "restarts": tuple(restarts),
+                 "population": population[:upto], "branch_points": pts, "model_branch": b0}
+        if true_branch is not None:
+            tb = int(np.sign(true_branch))
+            stats["branch_probability"] = p_plus[:upto] if tb > 0 else 1.0 - p_plus[:upto]
+        stats.update(extra or {})
+        return filter_result("pf", dt, out_q[:upto], out_qd[:upto], out_qdd[:upto],
+                             zstd[:upto], zdstd[:upto], t0, upto, stats)
+
     for k in range(n_steps):
         tk = k * dt
-        if k > 0:
-            # line 2: integrate with the particle's sampled acceleration
-            Qk = applied_forces(Qfun, tk, None, idx, n, M)
-            if integrator == "rk4":
-                st, z, zd, ok = independent_step(
-                    model, q, z, zd, zdd, idx, dt, Qk, "rk4", acceleration_noise=noise,
-                    Q_stages=applied_forces(Qfun, tk - 0.5 * dt, None, idx, n, M))
-            elif integrator == "constant":
-                z = z + dt * zd + 0.5 * dt * dt * zdd
-                zd = zd + dt * zdd
-                q, ok = solve_positions_batch(model, q, idx, z)
-                st = independent_state(model, q, idx, zd, Qk)
-            else:
-                raise ValueError(f"integrator must be 'rk4' or 'constant', got {integrator!r}")
-            q = st.q
-            logw[~ok] = -np.inf
-            # line 3: probabilistic equations of motion (st: the dynamics at the new state)
-            noise = sigma_a * rng.normal(size=(M, d))
-            zdd = st.zdd + noise
-            qdd = st.qdd + np.einsum("pij,pj->pi", st.R, noise)
-        qd = st.qd
         avail = per_step[k]
+        nis = None
+        wprior = np.exp(logw - np.max(logw)) if np.isfinite(np.max(logw)) else None
+        if k > 0:
+            Qk = applied_forces(Qfun, tk, None, idx, n, M)
+            f0 = st.zdd
+            if integrator == "heun":
+                zp = z + dt * zd + 0.5 * dt * dt * f0
+                guess = q + dt * st.qd + 0.5 * dt * dt * st.qdd
+                qp, okp = solve_positions_batch(model, guess, idx, zp)
+                sp = independent_state(model, qp, idx, zd + dt * f0, Qk)
+                zdp = zd + 0.5 * dt * (f0 + sp.zdd)
+                zp = z + dt * zd + dt * dt * (f0 / 3.0 + sp.zdd / 6.0)
+                fp = sp.zdd
+            else:
+                sp, zp, zdp, okp = independent_step(
+                    model, q, z, zd, f0, idx, dt, Qk, "rk4",
+                    Q_stages=applied_forces(Qfun, tk - 0.5 * dt, None, idx, n, M))
+                qp, fp = sp.q, sp.zdd
+            # acceleration noise: sigma_a, plus model_error times the particle's acceleration
+            # (a relative model error) unless sigma_a is given
+            sa2k = adapt2 * (sa2[None] + (0.0 if sigma_a is not None
+                                                else (model_error * f0) ** 2))
+            sa2k = np.broadcast_to(sa2k, (M, d))
+            if avail and proposal == "optimal":
+                mean, P, nis, _, _, _ = _proposal(model, sensors, avail, sp, zdp, fp, sig, sa2k,
+                                                  dt)
+                P = 0.5 * (P + np.swapaxes(P, -1, -2))
+                L = np.linalg.cholesky(P)
+                wnoise = mean + np.einsum("pij,pj->pi", L, rng.normal(size=(M, d)))
+                log_ratio = _gauss_logpdf(wnoise, np.zeros_like(wnoise), sa2k) - \
+                    _gauss_logpdf(wnoise, mean, P)
+            else:
+                wnoise = np.sqrt(sa2k) * rng.normal(size=(M, d))
+                log_ratio = 0.0
+                if avail:
+                    _, _, nis, _, _, _ = _proposal(model, sensors, avail, sp, zdp, fp, sig,
+                                                   sa2k, dt)
+            z = zp + 0.5 * dt * dt * wnoise
+            zd = zdp + dt * wnoise
+            q, ok = solve_positions_batch(model, qp + np.einsum("pij,pj->pi", sp.R,
+                                                                 z - sp.q[:, idx]), idx, z)
+            st = independent_state(model, q, idx, zd, Qk)
+            logw = np.where(ok & okp, logw + log_ratio, -np.inf)
+            lost_t[k] = int(np.sum(~(ok & okp)))
+        qdd_noisy = st.qdd + np.einsum("pij,pj->pi", st.R, wnoise)
         if avail:
-            # line 5: weight update with the Gaussian likelihood of the readings
-            h, o, ang = predict_readings(model, sensors, avail, q, qd, qdd)
+            # line 5: weights times the likelihood of the readings at the sampled state
+            h, o, ang = predict_readings(model, sensors, avail, q, st.qd, qdd_noisy)
             r = innovation(o[None], h, ang)
             var = reading_variances(sensors, avail, sig)
             logw = logw - 0.5 * np.sum(r * r / var, axis=-1)
-        # lines 7-10: normalize
+            if nis is None:                         # step 0: the particles' own innovation
+                nis = np.sum(r * r / var, axis=-1)
+            kdim = r.shape[-1]
+            if kdim not in nis_limit:
+                nis_limit[kdim] = chi2.isf(loss_probability, kdim)
+            alive = np.isfinite(logw)
+            nis_min = float(np.min(nis[alive])) if alive.any() else np.inf
+            nis_t[k] = nis_min
+            unexplained = unexplained + 1 if not nis_min <= nis_limit[kdim] else 0
+            if adapt and k > 0 and wprior is not None:
+                # covariance matching: the prior-weighted normalized innovation is 1 on average
+                # when the noise is right; raise (or lower, down to 1) the noise inflation
+                good = alive & np.isfinite(nis)
+                eps = float(wprior[good] @ np.minimum(nis[good], 10.0 * kdim)) / max(
+                    float(np.sum(wprior[good])), 1e-300) / kdim
+                eps_bar = (1.0 - ADAPT_RATE) * eps_bar + ADAPT_RATE * eps
+                adapt2 = float(np.clip(adapt2 * eps_bar ** ADAPT_RATE, 1.0, ADAPT_MAX ** 2))
+            infl_t[k] = math.sqrt(adapt2)
         mx = np.max(logw)
-        if not np.isfinite(mx):                      # every particle lost: restart uniform
-            logw = np.zeros(M)
-            mx = 0.0
+        lost = not np.isfinite(mx) or unexplained >= patience
+        if lost:
+            # a global restart (init='uniform') covers the rates densely only while the
+            # mechanism is slow: beyond omega_c s it would lock onto wrong modes, so give up
+            tracking = init == "uniform" and decided and bool(
+                np.any(np.abs(zd_prev) > wc * s)) if np.isfinite(wc) else decided
+            if len(restarts) >= max_restarts or k == 0 or last_good < 0 or tracking:
+                upto = max(last_good + 1, 0)
+                exc = ConvergenceError(
+                    f"pf lost the mode: from step {k - unexplained + 1 if unexplained else k} "
+                    f"(t = {max(k - unexplained + 1, 0) * dt:g} s) no particle explains the "
+                    f"readings (chi-square level 1 - {loss_probability:g}), "
+                    f"{len(restarts)} restart(s) did not recover it; the model cannot "
+                    f"support these readings (try a larger model_error or sigma_a)",
+                    iterations=k)
+                exc.partial = result(upto, {"lost_at": k})
+                raise exc
+            restarts.append(k)
+            unexplained = 0
+            Qk = applied_forces(Qfun, tk, None, idx, n, M)
+            if init == "uniform":
+                # a global restart: the whole turn, both branches, rates up to the bound or
+                # twice the last estimate, the first reading conditioning the rates
+                M = max(int(initial_particles or 0), M_target)
+                Qk = applied_forces(Qfun, tk, None, idx, n, M)
+                bound = max(zmax, 2.0 * float(np.max(np.abs(zd_prev))))
+                z, zd, q, ok = draw(M, z_prev, zd_prev, out_q[k - 1], None)
+                st = independent_state(model, q, idx, zd, Qk)
+                logw = np.where(ok, -np.log(M), -np.inf)
+                if avail and proposal == "optimal":
+                    st, logw = _initial_rates(model, sensors, avail, st, zd, logw, zds0, sig,
+                                              dt, rng, idx, Qk, bound=bound)
+                    zd = st.qd[:, idx]
+            else:
+                z, zd, q, ok = draw(M, z_prev, zd_prev, out_q[k - 1], bmax_prev)
+                st = independent_state(model, q, idx, zd, Qk)
+                logw = np.where(ok, -np.log(M), -np.inf)
+                if avail and proposal == "optimal":
+                    st, logw = _initial_rates(model, sensors, avail, st, zd, logw, zds0, sig,
+                                              dt, rng, idx, Qk)
+                    zd = st.qd[:, idx]
+            wnoise = np.zeros((M, d))
+            if avail:
+                h, o, ang = predict_readings(model, sensors, avail, q, st.qd, st.qdd)
+                r = innovation(o[None], h, ang)
+                logw = logw - 0.5 * np.sum(r * r / reading_variances(sensors, avail, sig), axis=-1)
+            mx = np.max(logw)
+        elif unexplained == 0:
+            last_good = k
+        # lines 7-10: normalize
         w = np.exp(logw - mx)
         w /= w.sum()
         logw = np.log(np.maximum(w, 1e-300))
@@ -289,10 +622,12 @@ def particle_filter(
         zm, dz = weighted_mean(z, w, angular, reference=z_prev)
         z_prev = zm
         zdm = w @ zd
-        zddm = w @ zdd
+        zd_prev = zdm
+        zddm = w @ (st.zdd + wnoise)
         zstd[k] = np.sqrt(w @ (dz * dz))
         zdstd[k] = np.sqrt(w @ ((zd - zdm) ** 2))
         bmax = 1 if p_plus[k] >= 0.5 else -1
+        bmax_prev = bmax
         on_b = np.flatnonzero(bsign == bmax)
         best = on_b[np.argmax(w[on_b])] if on_b.size else int(np.argmax(w))
         qm, okm = solve_positions_batch(model, q[best], idx, zm[None])
@@ -301,20 +636,26 @@ def particle_filter(
         stm = independent_state(model, qm, idx, zdm[None], zdd=zddm[None])
         out_q[k], out_qd[k], out_qdd[k] = stm.q[0], stm.qd[0], stm.qdd[0]
         # lines 11-14: selective (systematic) resampling
-        shrink = M > M_target and max(p_plus[k], 1.0 - p_plus[k]) > 0.99
+        decided = decided or max(p_plus[k], 1.0 - p_plus[k]) > 0.99
+        shrink = (M > M_target and max(p_plus[k], 1.0 - p_plus[k]) > 0.99
+                  and np.all(zstd[k] < zs0))
         if ess < resample_threshold * M or shrink:
             sel = systematic_resample(w, rng, M_target if shrink else M)
             M = sel.size
-            z, zd, zdd, q, qdd, noise = z[sel], zd[sel], zdd[sel], q[sel], qdd[sel], noise[sel]
+            z, zd, q, wnoise = z[sel], zd[sel], q[sel], wnoise[sel]
             st = st.select(sel)
             logw = np.full(M, -np.log(M))
             n_res += 1
-    stats = {"indices": tuple(int(i) for i in idx), "n_particles": M_target, "sigma_a": sigma_a,
-             "integrator": integrator,
-             "p_branch_plus": p_plus, "ess": ess_t, "resamples": n_res,
-             "population": population,
-             "branch_points": pts, "model_branch": b0}
-    if true_branch is not None:
-        tb = int(np.sign(true_branch))
-        stats["branch_probability"] = p_plus if tb > 0 else 1.0 - p_plus
-    return filter_result("pf", dt, out_q, out_qd, out_qdd, zstd, zdstd, t0, n_steps, stats)
+            if roughen is not None and not decided:
+                # regularized resampling during the global search: copies of a survivor spread
+                # over the spacing of the initial cover, so the ridge of states that explain the
+                # readings stays sampled at that resolution
+                zr = z + roughen * rng.normal(size=z.shape)
+                qr, okr = solve_positions_batch(model, q + np.einsum("pij,pj->pi", st.R, zr - z),
+                                                idx, zr)
+                keep = okr & (branch_sign(model, qr, pts) == branch_sign(model, q, pts))
+                if keep.any():
+                    z[keep], q[keep] = zr[keep], qr[keep]
+                    st = independent_state(model, q, idx, zd,
+                                           applied_forces(Qfun, tk, None, idx, n, M))
+    return result(n_steps)
