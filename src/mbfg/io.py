@@ -151,7 +151,12 @@ def _check_labels(path, sensors) -> None:
     """A readings header must name the columns of ``sensors``, in order."""
     found = column_header(path)
     expected = " ".join(" ".join(sensors.labels).split())
-    if found is None or found == expected:
+    # only headers in mbfg's label form (as 'mbfg synthesize' writes them: descriptive labels
+    # such as 'gyroscope(body 1)', or the sensors' own names) are checked; a free-form
+    # header such as '% t x y' is a comment
+    ours = "(" in found if found is not None else False
+    named = found is not None and any(s.name and s.name in found for s in sensors)
+    if found is None or found == expected or not (ours or named):
         return
     raise DataError(f"{path}: its header names the columns {found!r}, but the sensors file "
                     f"gives {expected!r}; expected readings of those sensors in that order "
@@ -162,9 +167,10 @@ def read_readings(path: str, sensors: SensorSet) -> tuple:
     """Inverse of :func:`write_readings`: ``(t, readings)`` with one ``Readings(steps,
     values)`` per sensor; rows where a sensor's columns are ``nan`` are absent readings.
 
-    A header line ``% t label ...`` (as :func:`write_readings` writes) must name the columns of
-    ``sensors`` in order (:class:`DataError` otherwise); a file without one is read by
-    position."""
+    A header line ``% t label ...`` in mbfg's label form (as :func:`write_readings` writes:
+    descriptive labels such as ``gyroscope(body 1)`` or the sensors' names) must name the
+    columns of ``sensors`` in order (:class:`DataError` otherwise); a file without one, or with
+    a free-form header such as ``% t x y``, is read by position."""
     from mbfg.model.sensors import Readings
     t, vals = read_trajectory(path, columns=sensors.dim, allow_nan=True)
     _check_labels(path, sensors)

@@ -257,3 +257,17 @@ def test_the_online_window_holds_a_number_of_readings_not_of_steps():
     assert window_steps(gap, 10, 100) == 10          # a gap does not lengthen it
     assert window_steps(slow, 10, 30) == 30          # at most the horizon
     assert window_steps([Readings(np.zeros(0, int), np.zeros((0, 1)))], 3, 50) == 3
+
+
+def test_a_free_form_header_is_a_comment(case, tmp_path):
+    sensors, readings = case[3], case[4]
+    r = readings[0]
+    rows = "\n".join(f"{k * DT:g} {float(v[0])!r}" for k, v in zip(r.steps[:20], r.values[:20]))
+    (tmp_path / "free.txt").write_text("% t angle\n" + rows + "\n")
+    _, back = read_readings(str(tmp_path / "free.txt"), sensors)
+    np.testing.assert_array_equal(back[0].values, r.values[:20])
+
+
+def test_a_sensor_label_does_not_carry_its_bias():
+    from mbfg.model.sensors import Gyroscope
+    assert Gyroscope(body=1, sigma=0.01, bias=0.02).label == Gyroscope(body=1, sigma=0.01).label

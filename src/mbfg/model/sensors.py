@@ -248,7 +248,7 @@ class Gyroscope(Sensor):
         return ("q", "v")
 
     def _describe(self):
-        return f"gyroscope(body {self.body}" + (f", bias {self.bias:g} rad/s)" if self.bias else ")")
+        return f"gyroscope(body {self.body})"  # what it is; its bias is a parameter
 
     def validate(self, mech: Mechanism) -> None:
         _check_body(mech, self.body)
