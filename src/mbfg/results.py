@@ -3,6 +3,9 @@
 * :class:`TrajectoryResult`: a motion with its generalized forces (forward dynamics,
   :func:`mbfg.simulate`; inverse dynamics, :func:`mbfg.solve_inverse_dynamics`).
 * :class:`EstimationResult`: state estimates from readings (:func:`mbfg.estimate`).
+* :class:`IdentificationResult`: identified physical parameters with their uncertainty and
+  identifiability (:func:`mbfg.identify`); :class:`ValidationResult`: a held-out recording
+  estimated with them (:func:`mbfg.cross_validate`).
 * :class:`Stats`: what the solver did (time, steps, iterations, convergence) and the
   driver-specific extras, in one frozen dataclass that also reads like a mapping
   (``res.stats["ms_per_step"]``).
@@ -22,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Stats", "TrajectoryResult", "EstimationResult"]
+__all__ = ["Stats", "TrajectoryResult", "EstimationResult", "IdentificationResult", "ValidationResult"]
 
 
 @dataclass(frozen=True)
@@ -231,3 +234,183 @@ class EstimationResult:
             header = ["t"] + [f"{kind}_{i}" for kind in ("q", "qd", "qdd") for i in range(n)]
             return _write_csv(path, header, [self.t, self.q, self.qd, self.qdd])
         return _write_npz(self, path, {"name": np.array(self.name)})
+
+
+@dataclass(frozen=True)
+class IdentificationResult:
+    """Identified physical parameters (:func:`mbfg.identify`, docs/identification.md).
+
+    Attributes
+    ----------
+    names, units : tuple of str (p,)
+        Canonical parameter names (YAML paths) and the units of their values.
+    values, initial, std : (p,)
+        Identified values, the initial guesses (YAML), marginal standard deviations (the
+        linearized posterior of the chart mapped by the delta method) [their units].
+    correlation : (p, p)
+        Correlation matrix of the values.
+    theta, theta_covariance : (p,), (p, p)
+        The unit-free chart coordinates (docs/identification.md) and their posterior
+        covariance (prior included).
+    information : (p, p)
+        The data's information (posterior information minus the prior's) about the
+        dimensionless coordinates phi the model is linear in: per parameter m, m c_x, m c_y,
+        I_O or the value itself, divided by ``combination_scales``.
+    spectrum : (p,)
+        Eigenvalues of ``information``, descending; ``directions`` (p, p): row i the unit
+        eigenvector (a combination of the phi coordinates, labelled by
+        ``combination_labels``).
+    identifiable : (p,) bool
+        Direction i is seen by the data (its information exceeds the prior's along it); the
+        others are null directions, decided by the prior.
+    combination_labels, combination_scales, combination_values : (p,)
+        Labels (``m[1]``, ``m*c_x[1]``, ``I_O[1]``, or the parameter name), scales (m_0,
+        m_0 L, m_0 L^2 of the YAML, or the chart's reference value) and identified values of
+        phi.
+    states : tuple of EstimationResult
+        The estimated states of each recording.
+    costs : (R,)
+        Per recording: sum of squared whitened residuals per reading (about 1 for a model and
+        noise model consistent with the data).
+    converged : bool
+        Whether Levenberg-Marquardt met its tolerance (otherwise the values are the best point
+        reached; ``stats["reason"]`` says why it stopped).
+    stats : Stats
+        ``iterations``, ``seconds``, ``initial_error``, ``final_error``, ``history``,
+        ``reason``.
+    """
+    names: tuple
+    units: tuple
+    values: np.ndarray
+    initial: np.ndarray
+    std: np.ndarray
+    correlation: np.ndarray
+    theta: np.ndarray
+    theta_covariance: np.ndarray
+    information: np.ndarray
+    spectrum: np.ndarray
+    directions: np.ndarray
+    identifiable: np.ndarray
+    combination_labels: tuple
+    combination_scales: np.ndarray
+    combination_values: np.ndarray
+    states: tuple
+    costs: np.ndarray
+    converged: bool
+    stats: Stats = field(default_factory=lambda: Stats("none", 0.0, 0))
+
+    @property
+    def null_directions(self) -> np.ndarray:
+        """(k, p) the directions (chart combinations) the data does not determine."""
+        return self.directions[~np.asarray(self.identifiable, bool)]
+
+    def as_dict(self) -> dict:
+        """The values by name (for ``mbfg.load_mechanism(..., overrides=...)`` use
+        :func:`mbfg.drivers.identification.identified_mechanism`)."""
+        return dict(zip(self.names, (float(v) for v in self.values)))
+
+    def combination_text(self, i: int, digits: int = 3) -> str:
+        """Direction i as text, e.g. ``+0.707 m[1]/7.5 -0.707 motors[0].gain/5`` (scaled
+        coordinates; terms below 0.05 left out)."""
+        v = self.directions[i]
+        big = np.flatnonzero(np.abs(v) >= 0.05)
+        return " ".join(f"{v[j]:+.{digits}f} {self.combination_labels[j]}/"
+                        f"{self.combination_scales[j]:.4g}" for j in big)
+
+    def to_json(self) -> str:
+        """Everything but the states, as JSON."""
+        d = {
+            "parameters": [{"name": n, "unit": u, "value": float(v), "initial": float(v0),
+                            "std": float(s)} for n, u, v, v0, s in
+                           zip(self.names, self.units, self.values, self.initial, self.std)],
+            "correlation": self.correlation.tolist(),
+            "chart": {"theta": self.theta.tolist(),
+                      "covariance": self.theta_covariance.tolist()},
+            "linear": {"labels": list(self.combination_labels),
+                       "scales": self.combination_scales.tolist(),
+                       "values": self.combination_values.tolist(),
+                       "data_information": self.information.tolist()},
+            "combinations": [{"information": float(s), "direction": d.tolist(),
+                              "identifiable": bool(ok), "text": self.combination_text(i)}
+                             for i, (s, d, ok) in enumerate(zip(self.spectrum, self.directions,
+                                                                 self.identifiable))],
+            "costs": [float(c) for c in self.costs],
+            "converged": bool(self.converged),
+            "stats": json.loads(self.stats.to_json()),
+        }
+        return json.dumps(d, indent=1, default=_jsonable)
+
+    def save(self, path: str) -> Path:
+        """Write :meth:`to_json` to ``path``."""
+        path = Path(path)
+        path.write_text(self.to_json() + "\n")
+        return path
+
+    def report(self) -> str:
+        """A Markdown report: values with 95 % intervals, identifiable combinations, fit."""
+        lines = ["# Identification report", "",
+                 f"{'Converged' if self.converged else '**Not converged**'} after "
+                 f"{self.stats.iterations} iterations in {self.stats.seconds:.2f} s "
+                 f"({self.stats.extra.get('reason', '')}); cost per reading "
+                 + ", ".join(f"{c:.4g}" for c in self.costs) + ".", "",
+                 "| parameter | initial | identified | std | 95 % interval | unit |",
+                 "|---|---|---|---|---|---|"]
+        for n, u, v0, v, s in zip(self.names, self.units, self.initial, self.values, self.std):
+            lines.append(f"| `{n}` | {v0:.6g} | {v:.6g} | {s:.3g} | "
+                         f"[{v - 1.96 * s:.6g}, {v + 1.96 * s:.6g}] | {u} |")
+        lines += ["", "## Identifiable combinations", "",
+                  "Eigen-decomposition of the data's information about the parameters in the "
+                  "coordinates the model is linear in (m, m c, I_O or the value), each divided "
+                  "by its YAML scale; a direction is *null* when the data informs it less than "
+                  "the prior does (its value is then the prior's).", "",
+                  "| # | information | std along it | status | combination |",
+                  "|---|---|---|---|---|"]
+        for i, (s, ok) in enumerate(zip(self.spectrum, self.identifiable)):
+            std = 1.0 / np.sqrt(s) if s > 0 else float("inf")
+            lines.append(f"| {i} | {s:.3e} | {std:.3g} | {'identified' if ok else '**null**'} | "
+                         f"{self.combination_text(i)} |")
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """States of a held-out recording estimated with fixed (identified) parameters
+    (:func:`mbfg.cross_validate`).
+
+    Attributes
+    ----------
+    t : (T,) [s]
+    observations, dynamics : (T,)
+        Per step: sum of the squared whitened residuals of the readings, and of the dynamics
+        rows (model error).
+    readings : (T,)
+        Number of reading components per step.
+    cost : float
+        Sum of squared whitened residuals per reading (compare with the training
+        ``IdentificationResult.costs``).
+    states : EstimationResult
+    converged : bool
+    stats : Stats
+    """
+    t: np.ndarray
+    observations: np.ndarray
+    dynamics: np.ndarray
+    readings: np.ndarray
+    cost: float
+    states: EstimationResult
+    converged: bool
+    stats: Stats = field(default_factory=lambda: Stats("none", 0.0, 0))
+
+    def save(self, path: str) -> Path:
+        """``.json`` (cost, stats and the per-step arrays) or ``.csv`` (t, observations,
+        dynamics, readings per step)."""
+        path = Path(path)
+        if path.suffix.lower() == ".csv":
+            return _write_csv(path, ["t", "observations", "dynamics", "readings"],
+                              [self.t, self.observations, self.dynamics, self.readings])
+        d = {"cost": float(self.cost), "converged": bool(self.converged),
+             "stats": json.loads(self.stats.to_json()), "t": self.t.tolist(),
+             "observations": self.observations.tolist(), "dynamics": self.dynamics.tolist(),
+             "readings": self.readings.tolist()}
+        path.write_text(json.dumps(d, default=_jsonable) + "\n")
+        return path

@@ -1,0 +1,294 @@
+"""Joint identification of physical parameters and states from sensor recordings, and the
+cross-validation of the identified model on a held-out recording (docs/identification.md).
+
+:func:`identify` builds the graph of :mod:`mbfg.graphs.identification` (one parameter variable
+shared by every recording's dynamics and observation factors), initializes every recording's
+states from its readings (:func:`mbfg.model.identification.initial_states`; recordings whose
+readings do not fix the configuration are initialized by the online factor-graph estimator
+with the nominal model), solves it by Levenberg-Marquardt
+(:func:`mbfg.solvers.identification.optimize_joint`) and reports the values, their marginal
+standard deviations and correlations, and the identifiable combinations.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mbfg.errors import ConvergenceError, DataError, UsageError
+from mbfg.graphs.identification import (IdentificationProblem, IdentificationSettings, Recording,
+                                        motion_scales, payload_vector)
+from mbfg.model.identification import initial_states, parameter_set
+from mbfg.model.sensors import readings_on_grid
+from mbfg.results import EstimationResult, IdentificationResult, Stats, ValidationResult
+from mbfg.solvers.identification import optimize_joint
+
+if TYPE_CHECKING:
+    from mbfg.model.mechanism import Mechanism
+
+__all__ = ["identify", "cross_validate", "identified_mechanism", "as_recording",
+           "IdentificationSettings", "Recording"]
+
+
+def as_recording(rec: Any, n_motors: int = 0) -> Recording:
+    """A :class:`~mbfg.graphs.identification.Recording` from a Recording, or a tuple
+    ``(readings, dt, n_steps)`` or ``(readings, dt, n_steps, inputs)``; ``inputs`` (n_steps, k)
+    samples on the grid, (k,) constant, or a callable of the time t = k dt [s]."""
+    if not isinstance(rec, Recording):
+        if not isinstance(rec, (tuple, list)) or len(rec) not in (3, 4):
+            raise UsageError("a recording is a Recording or a tuple (readings, dt, n_steps"
+                             "[, inputs])")
+        readings, dt, n = rec[:3]
+        rec = Recording(tuple(readings), int(n), float(dt), rec[3] if len(rec) == 4 else None)
+    if not (np.isfinite(rec.dt) and rec.dt > 0) or rec.n_steps < 2:
+        raise UsageError(f"{rec.name}: expected dt > 0 and at least 2 steps, got dt = {rec.dt}, "
+                         f"{rec.n_steps} steps")
+    u = rec.inputs
+    if u is not None:
+        if n_motors == 0:
+            raise UsageError(f"{rec.name}: inputs were given but the mechanism has no motors; "
+                             f"expected a 'motors:' list in its YAML")
+        if callable(u):
+            u = np.stack([np.atleast_1d(np.asarray(u(k * rec.dt), float))
+                          for k in range(rec.n_steps)])
+        u = np.asarray(u, float)
+        if u.ndim == 1 and u.size == n_motors:
+            u = np.broadcast_to(u, (rec.n_steps, n_motors))
+        if u.shape != (rec.n_steps, n_motors):
+            raise UsageError(f"{rec.name}: inputs must have shape ({rec.n_steps}, {n_motors}) "
+                             f"(one column per motor, one row per step), got {u.shape}")
+        if not np.all(np.isfinite(u)):
+            raise DataError(f"{rec.name}: the inputs contain non-finite values")
+        rec = dataclasses.replace(rec, inputs=np.ascontiguousarray(u))
+    return rec
+
+
+def _start(params, rec, settings, progress_label=""):
+    """Initial (q, v, a) of a recording: from its readings, else the online estimator."""
+    mech = params.mech
+    grid = readings_on_grid(params.sensors, list(rec.readings), rec.n_steps)
+    init = initial_states(mech, params.sensors, grid, rec.dt, settings.cutoff)
+    if init is not None:
+        return init
+    from mbfg.estimation.graph_estimators import estimate_online
+    forces = None
+    if rec.inputs is not None:
+        from mbfg.model.nonconservative import motor_forces
+        Qm = motor_forces(mech, rec.inputs)
+        forces = lambda t: Qm[min(int(round(t / rec.dt)), rec.n_steps - 1)]  # noqa: E731
+    on = estimate_online(mech, params.sensors, list(rec.readings), rec.dt, rec.n_steps,
+                         forces=forces)
+    return on.q_smoothed, on.qd_smoothed, on.qdd_smoothed
+
+
+def _pack(problem, q, v, a):
+    lay = problem.layout
+    X = np.zeros((q.shape[0], lay.dim))
+    X[:, lay.slice("q")], X[:, lay.slice("v")], X[:, lay.slice("a")] = q, v, a
+    return X
+
+
+def _states(problem, X, rec, name):
+    p = problem.layout.unpack(X)
+    t = np.arange(rec.n_steps) * rec.dt
+    return EstimationResult(name, t, p["q"].copy(), p["v"].copy(), p["a"].copy(),
+                            p["q"].copy(), p["v"].copy(), p["a"].copy(),
+                            stats=Stats.of(name, 0.0, rec.n_steps))
+
+
+def _cost(problem, r, X, theta):
+    c = problem.step_costs(r, X, theta)
+    n = max(float(np.sum(c["readings"])), 1.0)
+    return float(np.sum(c["observations"] + c["dynamics"] + c["constraints"])) / n, c
+
+
+def _schedule(settings):
+    """(dynamics sigma, parameters free) of each stage: the states alone with a loose dynamics
+    model (the states then follow the readings), then the joint problem with the dynamics
+    tightened tenfold per stage down to ``settings.dynamics`` (a continuation: the tight,
+    output-error-like problem has a small basin of convergence; the loose one is nearly
+    linear in the parameters and starts the next stage close to its optimum)."""
+    kd = max(1.0, settings.dynamics)
+    out = [(kd, False)]
+    while kd > settings.dynamics * (1 + 1e-9):
+        out.append((kd, True))
+        kd = max(kd / 10.0, settings.dynamics)
+    out.append((settings.dynamics, True))
+    return out
+
+
+def identify(
+    model: Mechanism,
+    sensors: Sequence,
+    recordings: Sequence,
+    parameters: Sequence[str] | str,
+    *,
+    settings: IdentificationSettings | None = None,
+    progress: Callable | None = None,
+    raise_on_failure: bool = False,
+) -> IdentificationResult:
+    """Identify physical parameters of ``model`` jointly with the states of every recording.
+
+    Parameters
+    ----------
+    model : Mechanism
+        The mechanism with the initial guesses (its YAML values; they are also the means of
+        the weak priors).
+    sensors : sequence of Sensor
+        The sensors of the recordings (a gyroscope's ``bias`` is its initial guess).
+    recordings : sequence
+        :class:`~mbfg.graphs.identification.Recording` or tuples ``(readings, dt, n_steps[,
+        inputs])``: ``readings`` one ``(steps, values)`` per sensor
+        (:meth:`~mbfg.model.sensors.SensorSet.synthesize`, :func:`mbfg.io.read_readings`),
+        ``dt`` [s], ``inputs`` the motors' inputs (n_steps, k) or a callable of t.  They share
+        one parameter vector; each has its own states.
+    parameters : sequence of str or comma-separated str
+        Names (YAML paths), see :mod:`mbfg.model.identification`.
+    settings : IdentificationSettings, optional
+    progress : callable(done, total, note), optional
+        Called after each Levenberg-Marquardt iteration (e.g. a
+        :class:`mbfg.progress.ProgressBar`).
+    raise_on_failure : bool
+        Raise :class:`~mbfg.errors.ConvergenceError` (with ``partial`` the result) when the
+        solver does not converge; by default the result says so (``converged``, ``stats``).
+
+    Returns
+    -------
+    IdentificationResult
+    """
+    t0 = time.perf_counter()
+    settings = settings or IdentificationSettings()
+    sensors = tuple(sensors)
+    for s in sensors:
+        try:
+            s.validate(model)
+        except (ValueError, IndexError, KeyError) as e:
+            raise UsageError(f"{s.label}: {e}") from None
+    params = parameter_set(model, parameters, sensors)
+    recs = [as_recording(r, len(model.spec.motors)) for r in recordings]
+    if not recs:
+        raise UsageError("identify needs at least one recording")
+    for r in recs:
+        payload_vector(model, r.payload)  # checked before any work
+    starts = [_start(params, rec, settings) for rec in recs]
+    motion = motion_scales(params.mech, starts, [r.dt for r in recs])
+    first = [(q[0], v[0]) for q, v, _ in starts]
+    Xs = None
+    theta = np.zeros(params.size)
+    stages, iterations, history, reason, converged = [], 0, [], "", False
+    for kd, free in _schedule(settings):
+        st_k = dataclasses.replace(settings, dynamics=kd)
+        problem = IdentificationProblem(params, recs, st_k, first, motion, free=free)
+        if Xs is None:
+            Xs = [_pack(problem, *s) for s in starts]
+        Xs, theta, st, info = optimize_joint(
+            problem, Xs, theta, max_iterations=settings.max_iterations,
+            relative_tolerance=settings.relative_tolerance,
+            progress=None if progress is None else
+            (lambda i, n, note, k=len(stages): progress(iterations + i, iterations + n,
+                                                         f"stage {k}: {note}")))
+        iterations += st.iterations
+        history += st.history
+        stages.append({"dynamics": kd, "parameters": free, "iterations": st.iterations,
+                       "converged": st.converged, "final_error": st.final_error,
+                       "seconds": st.seconds})
+        reason, converged = st.reason, st.converged
+    prior_info = problem.prior_information()
+    cov_theta = np.linalg.inv(info)
+    cov_theta = 0.5 * (cov_theta + cov_theta.T)
+    Jv = params.value_jacobian(theta)
+    cov = Jv @ cov_theta @ Jv.T
+    std = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr = cov / np.outer(std, std)
+    corr = np.where(np.isfinite(corr), corr, 0.0)
+    # identifiability in the coordinates the model is linear in (scaled, unit-free): there the
+    # null directions of the inertial parameters are linear subspaces
+    Jl_inv = np.linalg.inv(params.linear_jacobian(theta))
+    data_info = Jl_inv.T @ (info - prior_info) @ Jl_inv
+    data_info = 0.5 * (data_info + data_info.T)
+    prior_l = Jl_inv.T @ prior_info @ Jl_inv
+    lam, vec = np.linalg.eigh(data_info)
+    order = np.argsort(lam)[::-1]
+    lam, vec = np.maximum(lam[order], 0.0), vec[:, order].T
+    vec = vec * np.where(vec[np.arange(len(vec)), np.argmax(np.abs(vec), axis=1)] < 0, -1.0, 1.0)[:, None]
+    identifiable = lam > np.einsum("ij,jk,ik->i", vec, prior_l, vec)
+    costs = np.array([_cost(problem, r, X, theta)[0] for r, X in enumerate(Xs)])
+    states = tuple(_states(problem, X, rec, "identify") for X, rec in zip(Xs, recs))
+    seconds = time.perf_counter() - t0
+    stats = Stats.of("identify", seconds, sum(r.n_steps for r in recs), iterations,
+                     converged, final_error=st.final_error, history=history, reason=reason,
+                     stages=stages, final_iterations=st.iterations)
+    res = IdentificationResult(params.names, params.units, params.values(theta), params.nominal,
+                               std, corr, theta, cov_theta, data_info, lam, vec, identifiable,
+                               params.linear_labels(), params.linear_scales(),
+                               params.linear_values(theta), states, costs, bool(converged),
+                               stats)
+    if not converged and raise_on_failure:
+        err = ConvergenceError(f"identification did not converge ({reason}; "
+                               f"{seconds:.1f} s)", residual=st.final_error,
+                               iterations=st.iterations)
+        err.partial = res
+        raise err
+    return res
+
+
+def identified_mechanism(model: Mechanism, result: IdentificationResult,
+                         sensors: Sequence = ()) -> tuple:
+    """(Mechanism, sensors) of ``model`` with the identified values of ``result``."""
+    params = parameter_set(model, result.names, tuple(sensors))
+    return params.apply(np.asarray(result.theta, float))
+
+
+def cross_validate(
+    model: Mechanism,
+    sensors: Sequence,
+    recording: Any,
+    result: IdentificationResult | dict | None = None,
+    *,
+    settings: IdentificationSettings | None = None,
+    progress: Callable | None = None,
+) -> ValidationResult:
+    """Estimate the states of a held-out ``recording`` (as in :func:`identify`) with the
+    parameters fixed at ``result``'s values (an :class:`~mbfg.results.IdentificationResult`, or
+    a dict with its ``names`` and chart ``theta``; without one at ``model``'s own), with the
+    same noise model as the identification, and report the residual per step.
+
+    Returns a :class:`~mbfg.results.ValidationResult`; its ``cost`` (squared whitened residuals
+    per reading) is comparable with the training ``result.costs``."""
+    t0 = time.perf_counter()
+    settings = settings or IdentificationSettings()
+    sensors = tuple(sensors)
+    if result is None:  # the model's own values: any chart, held at theta = 0
+        names, theta = ("planar_bodies[0].mass",), np.zeros(1)
+    elif isinstance(result, IdentificationResult):
+        names, theta = result.names, np.asarray(result.theta, float)
+    else:
+        names, theta = tuple(result["names"]), np.asarray(result["theta"], float)
+    params = parameter_set(model, names, sensors)
+    if theta.shape != (params.size,):
+        raise UsageError(f"the result has {theta.size} chart values for {params.size} "
+                         f"parameters ({', '.join(params.names)})")
+    mech, sens = params.apply(theta)
+    fixed = parameter_set(mech, names, sens)  # the identified model is the nominal one
+    rec = as_recording(recording, len(model.spec.motors))
+    start = _start(fixed, rec, settings)
+    motion = motion_scales(fixed.mech, [start], [rec.dt])
+    problem = IdentificationProblem(fixed, [rec], settings, [(start[0][0], start[1][0])],
+                                    motion, free=False)
+    zero = np.zeros(fixed.size)
+    Xs, _, st, _ = optimize_joint(problem, [_pack(problem, *start)], zero,
+                                  max_iterations=settings.max_iterations,
+                                  relative_tolerance=settings.relative_tolerance,
+                                  progress=progress)
+    cost, c = _cost(problem, 0, Xs[0], zero)
+    seconds = time.perf_counter() - t0
+    stats = Stats.of("cross-validate", seconds, rec.n_steps, st.iterations, st.converged,
+                     final_error=st.final_error, reason=st.reason)
+    return ValidationResult(np.arange(rec.n_steps) * rec.dt, c["observations"], c["dynamics"],
+                            c["readings"], cost, _states(problem, Xs[0], rec, "cross-validate"),
+                            bool(st.converged), stats)
+

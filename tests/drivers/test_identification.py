@@ -1,0 +1,193 @@
+"""mbfg.identify and mbfg.cross_validate on ground-truth synthesized data: a motor-driven
+four-bar with friction is simulated with known parameters by the classical integrator, its
+sensors are synthesized (a quantized crank encoder and a biased coupler gyroscope) and the
+parameters are identified from a perturbed guess; expected values are the simulation's."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import mbfg
+from mbfg.errors import ConvergenceError, UsageError
+from mbfg.graphs.identification import IdentificationSettings, Recording
+from mbfg.model.identification import parameter_set
+from mbfg.model.integrate import integrate_reference
+from mbfg.model.sensors import AngleEncoder, Gyroscope, SensorSet
+
+from tests.model.test_identification_chart import FOURBAR
+
+COUNTS = 4096
+DT, T_END = 5e-3, 4.0
+NAMES = ["friction[0]", "friction[1].viscous", "motors[0].gain", "planar_bodies[1].mass",
+         "planar_bodies[1].I0", "planar_bodies[0].I0", "sensors[1].bias"]
+
+
+def _inputs(phase):
+    return lambda t: np.array([0.8 * np.sin(1.3 * t + phase) + 0.5 * np.sin(3.1 * t + 1)
+                               + 0.3 * np.sin(7.3 * t + 2 + phase)])
+
+
+PAYLOAD = ((1, 2.0, (3.0, 0.2), 0.5),)  # 2 kg on the coupler, known
+
+
+def _record(truth, sensors, phase, seed, payload=()):
+    u = _inputs(phase)
+    if payload:
+        from mbfg.graphs.identification import payload_vector
+        from mbfg.model.parameters import parameter_vector
+        truth = truth.with_parameters(parameter_vector(truth) + payload_vector(truth, payload))
+    tr = integrate_reference(truth, T_END, DT, inputs=u, rtol=1e-10, atol=1e-10)
+    rd = sensors.synthesize(truth, tr.t, tr.q, tr.qd, tr.qdd, rng=np.random.default_rng(seed))
+    step = 2 * np.pi / COUNTS  # the encoder counts: quantized, no other noise
+    rd[0] = rd[0]._replace(values=np.round(tr.q[rd[0].steps][:, [4]] / step) * step)
+    U = np.stack([u(t) for t in tr.t])
+    return Recording(tuple(rd), tr.t.size, DT, U, payload=payload)
+
+
+@pytest.fixture(scope="module")
+def data():
+    truth = mbfg.mechanism_from_yaml(FOURBAR)
+    quant = 2 * np.pi / COUNTS / np.sqrt(12.0)
+    sensors = SensorSet([AngleEncoder(coordinate="theta0", sigma=quant),
+                         Gyroscope(body=1, sigma=0.005, bias=0.03)])
+    train = _record(truth, sensors, 0.0, 1)
+    held = _record(truth, sensors, 0.7, 2)
+    # the guess: 20-30 % off, no gyroscope bias
+    guess = mbfg.mechanism_from_yaml(FOURBAR.replace("mass: 7.5, I0: 170", "mass: 9.0, I0: 200")
+                                     .replace("mass: 2.2, I0: 3.1", "mass: 2.2, I0: 3.72")
+                                     .replace("viscous: 0.5, coulomb: 0.3",
+                                              "viscous: 0.35, coulomb: 0.39")
+                                     .replace("viscous: 0.2}", "viscous: 0.26}")
+                                     .replace("gain: 5.0", "gain: 4.0"))
+    gs = SensorSet([sensors[0], dataclasses.replace(sensors[1], bias=0.0)])
+    true_values = parameter_set(truth, NAMES, sensors).nominal
+    res = mbfg.identify(guess, gs, [train], NAMES)
+    return truth, sensors, guess, gs, train, held, true_values, res
+
+
+def test_identify_recovers_the_true_parameters(data):
+    *_, true_values, res = data
+    assert res.converged
+    want = dict(zip(parameter_set(data[0], NAMES, data[1]).names, true_values))
+    rel = {n: abs(v - want[n]) / abs(want[n]) for n, v in zip(res.names, res.values)}
+    z = {n: abs(v - want[n]) / s for n, v, s in zip(res.names, res.values, res.std)}
+    # 4 s at 200 Hz: the inertial parameters and the gain to 1 %, friction to 10 %
+    for n in ("motors[0].gain", "planar_bodies[1].mass", "planar_bodies[1].I0",
+              "planar_bodies[0].I0", "sensors[1].bias"):
+        assert rel[n] < 0.01, (n, rel[n])
+    for n in ("friction[0].viscous", "friction[1].viscous", "friction[0].coulomb"):
+        assert rel[n] < 0.10, (n, rel[n])
+    assert max(z.values()) < 4.0, z  # the intervals are honest
+    # the fit is consistent with the sensor noise: about one per reading
+    assert 0.7 < res.costs[0] < 1.5
+    assert res.stats.iterations <= 30
+    assert np.all(res.identifiable)
+    np.testing.assert_allclose(np.diag(res.correlation), 1.0, rtol=1e-12)
+
+
+def test_result_serializes_and_reports(data, tmp_path):
+    res = data[-1]
+    path = res.save(tmp_path / "r.json")
+    import json
+    d = json.loads(path.read_text())
+    assert [p["name"] for p in d["parameters"]] == list(res.names)
+    assert len(d["combinations"]) == len(res.names)
+    text = res.report()
+    assert "planar_bodies[1].mass" in text and "95 % interval" in text
+
+
+def test_cross_validation_cost_matches_training(data):
+    truth, sensors, guess, gs, train, held, _, res = data
+    val = mbfg.cross_validate(guess, gs, held, res)
+    assert val.converged
+    assert val.observations.shape == (held.n_steps,)
+    assert val.cost < 1.3 * res.costs[0]
+    # the nominal (wrong) model does much worse on the same recording
+    nominal = mbfg.cross_validate(guess, gs, held)
+    assert nominal.cost > 3.0 * val.cost
+
+
+def test_scale_null_direction_is_flagged(data):
+    """All inertial parameters, friction and the gain together are only known up to one common
+    scale from a single recording (the motion is unchanged when all scale alike): that
+    direction lies in the flagged null space (which also holds the combinations a one-degree-
+    of-freedom four-bar cannot separate), and fixing the gain removes it."""
+    truth, sensors, *_ = data
+    train = data[4]
+    names = "planar_bodies[0], planar_bodies[1], planar_bodies[2], friction[0], " \
+            "friction[1].viscous, motors[0].gain"
+    # friction[2] has no friction: nothing to scale there
+    res = mbfg.identify(truth, sensors, [train], names,
+                        settings=IdentificationSettings(max_iterations=10))
+    nulls = int(np.sum(~res.identifiable))
+    assert 1 <= nulls < len(res.names)
+    # scaling every m, m c, I_O, friction coefficient and the gain alike: phi -> (1 + e) phi
+    scale = res.combination_values / np.linalg.norm(res.combination_values)
+    assert np.linalg.norm(res.null_directions @ scale) > 0.99
+    fixed = mbfg.identify(truth, sensors, [train], names.replace(", motors[0].gain", ""),
+                          settings=IdentificationSettings(max_iterations=10))
+    assert int(np.sum(~fixed.identifiable)) == nulls - 1
+    # a second recording with a known payload: the scale is seen, the gain identified
+    loaded = _record(truth, sensors, 0.3, 3, payload=PAYLOAD)
+    both = mbfg.identify(truth, sensors, [train, loaded], names,
+                         settings=IdentificationSettings(max_iterations=10))
+    assert int(np.sum(~both.identifiable)) == nulls - 1
+    k = both.names.index("motors[0].gain")
+    assert abs(both.values[k] - 5.0) < 4 * both.std[k] and both.std[k] < 0.02 * 5.0
+
+
+def test_non_convergence_is_reported_and_keeps_the_result(data):
+    _, _, guess, gs, train, *_ = data
+    s = IdentificationSettings(max_iterations=1)
+    res = mbfg.identify(guess, gs, [train], NAMES, settings=s)
+    assert not res.converged and "iterations" in res.stats["reason"]
+    with pytest.raises(ConvergenceError) as err:
+        mbfg.identify(guess, gs, [train], NAMES, settings=s, raise_on_failure=True)
+    assert err.value.partial is not None
+
+
+def test_bad_recordings_are_refused(data):
+    _, _, guess, gs, train, *_ = data
+    with pytest.raises(UsageError, match="inputs must have shape"):
+        mbfg.identify(guess, gs, [dataclasses.replace(train, inputs=np.zeros((3, 1)))], NAMES)
+    with pytest.raises(UsageError, match="at least one recording"):
+        mbfg.identify(guess, gs, [], NAMES)
+
+
+def test_units_do_not_matter(data):
+    """The same recording identified on the model written in mm and g (angles, rates and the
+    motor inputs unchanged): the same chart point (to 1 % of its standard deviation: the two
+    runs differ by rounding, which moves where the stopping test fires), values and standard
+    deviations in the new units."""
+    _, _, guess, gs, train, *_ = data
+    res = data[-1]
+    L, M = 1e3, 1e3  # mm, g
+    F = M * L * L  # N m -> g mm^2/s^2
+    spec = guess.spec
+    lines = ["gravity: [0, %r]" % (-9.81 * L), "points:"]
+    for p in spec.points:
+        lines.append(f"  - {{x: {p.x * L!r}, y: {p.y * L!r}, fixed: {str(p.fixed).lower()}}}")
+    lines.append("planar_bodies:")
+    for b in spec.bodies:
+        lines.append(f"  - {{points: {list(b.points)}, length: {b.length * L!r}, mass: "
+                     f"{b.mass * M!r}, I0: {b.I0 * M * L * L!r}, cog: [{b.cog[0] * L!r}, "
+                     f"{b.cog[1] * L!r}]}}")
+    lines += ["relative_coordinates:", "  - {type: RelativeAngleAbsoluteDOF, points: [0, 1]}",
+              "friction:"]
+    for f in spec.friction:
+        lines.append(f"  - {{type: joint, bodies: [{'ground' if f.bodies[0] < 0 else f.bodies[0]}"
+                     f", {f.bodies[1]}], viscous: {f.viscous * F!r}, coulomb: {f.coulomb * F!r}"
+                     + (f", width: {f.width!r}" if f.width is not None else "") + "}")
+    lines += ["motors:", f"  - {{coordinate: theta0, gain: {spec.motors[0].gain * F!r}}}"]
+    mm = mbfg.mechanism_from_yaml("\n".join(lines) + "\n")
+    res_mm = mbfg.identify(mm, gs, [train], NAMES)
+    sd = np.sqrt(np.diag(res.theta_covariance))
+    assert np.all(np.abs(res_mm.theta - res.theta) < 0.01 * sd)
+    assert abs(res_mm.stats.iterations - res.stats.iterations) <= 2
+    scale = np.array([{"kg": M, "kg m^2": M * L * L, "N m s/rad": F, "N m": F,
+                       "N m per input unit": F, "rad/s": 1.0}[u] for u in res.units])
+    assert np.all(np.abs(res_mm.values - res.values * scale) < 0.01 * res.std * scale)
+    np.testing.assert_allclose(res_mm.std, res.std * scale, rtol=0.01)
+    np.testing.assert_allclose(res_mm.spectrum, res.spectrum, rtol=0.01)
