@@ -30,10 +30,6 @@
 # (default `docs/figures`).
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
-
 import os
 import re
 from collections import Counter
@@ -52,11 +48,12 @@ from mbfg.graphs.inverse import InverseSettings
 from mbfg.model import dynamics, kinematics
 from mbfg.drivers.forward_dynamics import explicit_guess, simulate_batch
 
-REPO = Path(__file__).resolve().parents[1]
-OUT = Path(os.environ.get("MBFG_FIGURES") or REPO / "docs" / "figures")
+# the repository is the parent of this folder (Jupyter runs a notebook in its own folder)
+HERE = Path(__file__).parent if "__file__" in globals() else Path.cwd()
+OUT = Path(os.environ.get("MBFG_FIGURES") or HERE.parent / "docs" / "figures")
 OUT.mkdir(parents=True, exist_ok=True)
 
-mech = mbfg.load_mechanism(REPO / "mechanisms" / "fourbar-crank-angle.yaml")
+mech = mbfg.load_mechanism("fourbar-crank-angle")   # bundled: mechanisms/fourbar-crank-angle.yaml
 n, m = mech.n, mech.m
 STEPS = 3                  # time steps k = 0, 1, 2
 DT = 0.01                  # [s]
@@ -200,7 +197,6 @@ def draw_graph(g, rows, path, dx=4.0, dy=2.0, shift=None, unary_side=None):
     ax.set_title(g.title)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
-    plt.close(fig)
     print(f"figure: {path}")
 
 
@@ -361,7 +357,6 @@ ax.set_yticks([r for r, _ in row_labels], [s for _, s in row_labels], fontsize=7
 ax.set_title("Jacobian of the linearized dependent graph (3 steps)")
 fig.tight_layout()
 fig.savefig(OUT / "graph-jacobian-sparsity.png", dpi=130)
-plt.close(fig)
 print(f"figure: {OUT / 'graph-jacobian-sparsity.png'}")
 
 # %% [markdown]

@@ -13,24 +13,22 @@
 import os
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import mbfg
+from mbfg.resources import reference_path
+from mbfg.drivers.inverse_dynamics import solve_inverse_dynamics
+from mbfg.io import read_table, read_trajectory
 
-import mbfg  # noqa: E402
-from mbfg.resources import reference_path  # noqa: E402
-from mbfg.drivers.inverse_dynamics import solve_inverse_dynamics  # noqa: E402
-from mbfg.io import read_table, read_trajectory  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+# the repository is the parent of this folder (Jupyter runs a notebook in its own folder)
+HERE = Path(__file__).parent if "__file__" in globals() else Path.cwd()
 SHARED = reference_path("README.md").parent / "ground-truth"  # reference data shipped with mbfg
-FIGURES = Path(os.environ.get("MBFG_FIGURES", ROOT / "docs" / "figures"))
+FIGURES = Path(os.environ.get("MBFG_FIGURES") or HERE.parent / "docs" / "figures")
 FIGURES.mkdir(parents=True, exist_ok=True)
 QUICK = os.environ.get("MBFG_QUICK") == "1"
 
-mech = mbfg.load_mechanism(ROOT / "mechanisms" / "fourbar-crank-angle.yaml")
+mech = mbfg.load_mechanism("fourbar-crank-angle")   # bundled: mechanisms/fourbar-crank-angle.yaml
 traj_file = SHARED / "fourbars1-with-rel-angle-trajectory.txt"
 if traj_file.exists():
     t, theta = read_trajectory(traj_file)

@@ -20,18 +20,15 @@
 #    `mobile_slider` constraint): the same steps;
 # 3. **(c)** what a typo in the YAML produces.
 #
-# It is a plain Python script in jupytext "percent" format: run it with
-# `python examples/model_your_mechanism.py`, or open it as a notebook with jupytext.
-# Figures, the YAML files and the GIF go to `$MBFG_FIGURES` (default `docs/figures`);
+# The source is a plain Python script in jupytext "percent" format,
+# `examples/model_your_mechanism.py` (run it with `python examples/model_your_mechanism.py`);
+# `examples/model_your_mechanism.ipynb` is the same code as an executed notebook.
+# Figures, the YAML files and the GIFs go to `$MBFG_FIGURES` (default `docs/figures`);
 # `MBFG_QUICK=1` shortens the simulations for continuous integration.
 #
-# Every key of the YAML format is described in [docs/yaml-reference.md](../docs/yaml-reference.md).
+# Every key of the YAML format is described in the YAML reference (`docs/yaml-reference.md`).
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
-
 import os
 import time
 from pathlib import Path
@@ -44,8 +41,9 @@ from mbfg import plot as mplot
 from mbfg.model import inertia
 from mbfg.drivers.forward_dynamics import simulate_smoother
 
-REPO = Path(__file__).resolve().parents[1]
-OUT = Path(os.environ.get("MBFG_FIGURES") or REPO / "docs" / "figures")
+# the repository is the parent of this folder (Jupyter runs a notebook in its own folder)
+HERE = Path(__file__).parent if "__file__" in globals() else Path.cwd()
+OUT = Path(os.environ.get("MBFG_FIGURES") or HERE.parent / "docs" / "figures")
 OUT.mkdir(parents=True, exist_ok=True)
 QUICK = os.environ.get("MBFG_QUICK", "") not in ("", "0")
 T_END = 0.5 if QUICK else 2.0      # simulated time [s]
@@ -136,7 +134,7 @@ assert slider.dof == 1
 # %%
 ax = mplot.draw_mechanism(slider)
 ax.set_title("offset slider-crank at q0")
-mplot.save(ax.figure, OUT / "tutorial-slider-crank.png")
+ax.figure.savefig(OUT / "tutorial-slider-crank.png", dpi=110)
 
 # %% [markdown]
 # ### Simulate
@@ -198,7 +196,7 @@ def plot_run(mech, res, title, path):
     right.set_ylabel("E - E(0) [mJ]", color="C3")
     fig.suptitle(title)
     fig.tight_layout()
-    mplot.save(fig, path)
+    fig.savefig(path, dpi=110)
     return drift, rel
 
 
@@ -267,7 +265,7 @@ assert qr.dof == 1
 
 ax = mplot.draw_mechanism(qr)
 ax.set_title("quick-return at q0")
-mplot.save(ax.figure, OUT / "tutorial-quick-return.png")
+ax.figure.savefig(OUT / "tutorial-quick-return.png", dpi=110)
 
 # %%
 run_qr = simulate_and_report(qr)

@@ -20,30 +20,29 @@ import os
 import time
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import mbfg
+from mbfg.resources import reference_path
+from mbfg import plot
+from mbfg.drivers.inverse_dynamics import solve_inverse_dynamics
+from mbfg.io import read_trajectory
+from mbfg.model import dynamics as D
+from mbfg.model import kinematics as K
+from mbfg.trajectories import l_path
 
-import mbfg  # noqa: E402
-from mbfg.resources import reference_path  # noqa: E402
-from mbfg import plot  # noqa: E402
-from mbfg.drivers.inverse_dynamics import solve_inverse_dynamics  # noqa: E402
-from mbfg.io import read_trajectory  # noqa: E402
-from mbfg.model import dynamics as D  # noqa: E402
-from mbfg.model import kinematics as K  # noqa: E402
-from mbfg.trajectories import l_path  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+# the repository is the parent of this folder (Jupyter runs a notebook in its own folder)
+HERE = Path(__file__).parent if "__file__" in globals() else Path.cwd()
 SHARED = reference_path("README.md").parent / "ground-truth"  # reference data shipped with mbfg
-FIGURES = Path(os.environ.get("MBFG_FIGURES", ROOT / "docs" / "figures"))
+FIGURES = Path(os.environ.get("MBFG_FIGURES") or HERE.parent / "docs" / "figures")
 FIGURES.mkdir(parents=True, exist_ok=True)
 QUICK = os.environ.get("MBFG_QUICK") == "1"
 
-robot = mbfg.load_mechanism(ROOT / "mechanisms" / "pick-and-place-robot.yaml")
+robot = mbfg.load_mechanism("pick-and-place-robot")   # bundled: mechanisms/pick-and-place-robot.yaml
 motors = [robot.coordinate_names.index("theta0"), robot.coordinate_names.index("theta1")]
-print(robot, "motors:", motors)
+print(f"robot: n = {robot.n}, m = {robot.m}, DOF = {robot.dof}, {len(robot.spec.bodies)} bodies; "
+      f"motor coordinates {motors}")
 
 # %% [markdown]
 # ## Fig. 10: the robot in its initial pose, with point numbers

@@ -48,3 +48,15 @@ def test_readme_python_example_runs(tmp_path):
                           text=True, timeout=300, env=dict(os.environ, MPLBACKEND="Agg"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "fourbar.npz").is_file()
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
+def test_example_also_runs_as_a_notebook(script):
+    """The same code is the executed notebook (tests/test_docs.py): it must not force a
+    matplotlib backend (the notebook shows its figures inline) nor use ``__file__`` unguarded
+    (a kernel has none)."""
+    text = script.read_text()
+    assert "matplotlib.use(" not in text, f"{script.name} forces a matplotlib backend"
+    for line in text.splitlines():
+        if "__file__" in line and not line.lstrip().startswith("#"):
+            assert '"__file__" in globals()' in line, f"{script.name}: unguarded __file__: {line}"
