@@ -11,7 +11,14 @@ factor-graph ones and any baseline modules that register themselves) the table g
 RMSE of the crank angle theta0 [rad], its rate [rad/s] and acceleration [rad/s^2] over the
 whole run and after the first 2 s, and CPU ms per step, averaged over the seeds.
 
+The cases (setups x estimators x seeds) run as a study (``mbfg.sweep``, docs/studies.md):
+serially by default, on a local Dask cluster with ``--workers N``; ``--out FILE.csv`` keeps the
+tidy table (one row per case) and resumes from it; ``--print-study`` prints the equivalent study
+YAML for ``mbfg sweep``.  The ms/step column is measured inside each case: with several workers
+on a shared machine it includes their contention.
+
     python benchmarks/estimation_fourbar.py [--quick] [--seeds N] [--t-end T] [--only NAME ...]
+        [--setups NAME ...] [--workers N] [--out results.csv] [--print-study]
 """
 from __future__ import annotations
 
@@ -21,17 +28,39 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info  # noqa: E402
-from mbfg.errors import MbfgError  # noqa: E402
-from mbfg.benchmarking.estimation_review import (PUBLISHED, review_fourbar,  # noqa: E402
-                                                 run_case, sensor_setups, simulate_prototype)
+import mbfg  # noqa: E402
+from mbfg.benchmarking.estimation_review import (ANGLE_OFFSET, CRANK, ENCODER_SIGMA,  # noqa: E402
+                                                 GYRO_SIGMA, MODEL_GRAVITY, PUBLISHED)
 from mbfg.estimation import ESTIMATORS  # noqa: E402
 
 DT = 0.005
 COLS = ["pos_rmse", "pos_rmse_after", "vel_rmse", "vel_rmse_after", "acc_rmse",
         "acc_rmse_after", "ms_per_step"]
+SENSOR_SETS = {
+    "encoder": [{"type": "encoder", "coordinate": CRANK, "sigma": ENCODER_SIGMA}],
+    "gyro-coupler": [{"type": "gyroscope", "body": 1, "sigma": GYRO_SIGMA}],
+    "gyro-crank": [{"type": "gyroscope", "body": 0, "sigma": GYRO_SIGMA}],
+}
+"""The review's three single-sensor setups (mbfg.benchmarking.estimation_review.sensor_setups)."""
+
+
+def study(setups, names, seeds: int, t_end: float) -> dict:
+    """The benchmark as a study: setups x estimators x seeds on the review's four-bar."""
+    return {
+        "study": "estimation-fourbar",
+        "mechanism": "fourbar-review",
+        "run": {"kind": "estimate", "t_end": float(t_end), "dt": DT,
+                "model_overrides": {"gravity[1]": MODEL_GRAVITY},
+                "initial_offset": {CRANK: float(ANGLE_OFFSET)}, "coordinate": CRANK,
+                "after": 2.0},
+        "sensor_sets": {k: SENSOR_SETS[k] for k in setups},
+        "vary": {"grid": {"run.sensors": list(setups), "run.method": list(names)}},
+        "seeds": int(seeds),
+    }
 
 
 def main(argv=None):
@@ -41,55 +70,63 @@ def main(argv=None):
     ap.add_argument("--t-end", type=float, default=None, help="duration [s] (default 10)")
     ap.add_argument("--only", nargs="+", default=None, help="estimator names to run")
     ap.add_argument("--setups", nargs="+", default=None, help="sensor setups to run")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="Dask worker processes (default 1: serial in this process)")
+    ap.add_argument("--scheduler", default="local", help="'local' or a Dask scheduler address")
+    ap.add_argument("--out", default=None, help="keep the tidy table (.csv; resumes from it)")
+    ap.add_argument("--print-study", action="store_true",
+                    help="print the study YAML (for mbfg sweep) and exit")
     args = ap.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 10)
     t_end = args.t_end or (4.0 if args.quick else 10.0)
-    estimators = ESTIMATORS
-    names = [n for n in estimators if args.only is None or n in args.only]
-    setups = {k: v for k, v in sensor_setups().items() if args.setups is None or k in args.setups}
+    names = [n for n in ESTIMATORS if args.only is None or n in args.only]
+    setups = [k for k in SENSOR_SETS if args.setups is None or k in args.setups]
+    spec = study(setups, names, seeds, t_end)
+    if args.print_study:
+        print(yaml.safe_dump(spec, sort_keys=False), end="")
+        return
+    result = mbfg.sweep(spec, scheduler=args.scheduler, workers=args.workers, out=args.out,
+                        log=lambda m: print(m, file=sys.stderr))
 
-    proto, model, q0 = review_fourbar()
-    simulate_prototype(proto, t_end, DT)
     print(f"# Four-bar state estimation (review Sect. 12), {t_end:g} s at dt = {DT * 1e3:g} ms, "
           f"mean over {seeds} seeds\n")
-    print(machine_info() + "\n")
+    print(machine_info() + f"; {len(result.rows)} cases "
+          + ("serially" if result.scheduler == "serial" else
+             f"on {result.workers} Dask workers") + f" in {result.seconds:.0f} s\n")
     print("RMSE of the crank angle theta0 [rad], its rate [rad/s] and acceleration [rad/s^2]; "
           "'>2 s': after the first 2 s.  fg-online: causal estimate (readings up to t), "
           "window 10; (window-smoothed): the same run's estimates when they leave "
           "the window (lag 45 ms); fg-batch: the whole recording smoothed; +force: with an "
           "estimated slowly varying force (fg-online+force: on every point coordinate; "
           "fg-batch+force: on the crank angle).\n")
-    for setup, sensors in setups.items():
+    for setup in setups:
         print(f"## {setup}\n")
         print(f"Published: {PUBLISHED.get(setup, '-')}\n")
         print("| estimator | pos | pos >2 s | vel | vel >2 s | acc | acc >2 s | ms/step | "
               "failed |")
         print("|---|---|---|---|---|---|---|---|---|")
         for name in names:
-            runs, smoothed, failed = [], [], 0
-            for seed in range(seeds):
-                try:
-                    m = run_case(estimators[name], proto, model, sensors, t_end, DT, seed,
-                                 q0=q0)
-                except (MbfgError, np.linalg.LinAlgError, RuntimeError, ValueError) as exc:
-                    failed += 1
-                    print(f"<!-- {name} seed {seed}: {type(exc).__name__}: "
-                          f"{str(exc)[:120]} -->", file=sys.stderr)
+            cases = [r for r in result.rows if r["sensors"] == setup and r["method"] == name]
+            runs, smoothed = [], []
+            for r in cases:
+                if r["status"] != "ok":
+                    print(f"<!-- {name} seed {r['seed']}: {r['error'][:140]} -->",
+                          file=sys.stderr)
                     continue
-                runs.append([m[c] for c in COLS])
-                if name.startswith("fg-online") and "smoothed_pos_rmse" in m:
-                    smoothed.append([m.get("smoothed_" + c, np.nan) for c in COLS[:-1]]
-                                    + [m["ms_per_step"]])
+                runs.append([r[c] for c in COLS])
+                if name.startswith("fg-online") and r.get("smoothed_pos_rmse") is not None:
+                    smoothed.append([r["smoothed_" + c] for c in COLS[:-1]] + [r["ms_per_step"]])
+            failed = len(cases) - len(runs)
             rows = [(name, runs)]
             if smoothed:
                 rows.append((f"{name} (window-smoothed)", smoothed))
             for label, data in rows:
                 if data:
-                    mean = np.nanmean(np.array(data), axis=0)
+                    mean = np.nanmean(np.array(data, float), axis=0)
                     cells = [f"{v:.5f}" for v in mean[:-1]] + [f"{mean[-1]:.2f}"]
                 else:
                     cells = ["-"] * len(COLS)
-                print(f"| {label} | " + " | ".join(cells) + f" | {failed}/{seeds} |", flush=True)
+                print(f"| {label} | " + " | ".join(cells) + f" | {failed}/{len(cases)} |")
         print()
 
 

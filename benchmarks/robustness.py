@@ -22,62 +22,50 @@ The formulation was developed on the bundled mechanisms and five hand-written on
 heavy four-bar, a triangle coupler, a double rocker, the slider-crank and the quick-return);
 no generated mechanism and no seed of this benchmark was used for tuning.
 
+The mechanisms x modes run as a study (``mbfg.sweep``, docs/studies.md; run kind ``simulate``
+with ``reference: true``, mechanisms ``{random: {count, seed}}``): serially by default, on a
+local Dask cluster with ``--workers N`` (the reference and floors of a mechanism are computed
+once per worker process that runs one of its modes); ``--out FILE.csv`` keeps the tidy table
+and resumes from it; ``--print-study`` prints the study YAML for ``mbfg sweep``.  ms/step is
+measured inside each case: with several workers it includes their contention.
+
     python benchmarks/robustness.py [--count 40] [--seed 2026] [--t-end 5] [--quick]
+        [--workers N] [--out results.csv] [--print-study]
 """
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info  # noqa: E402
-from mbfg.errors import MbfgError  # noqa: E402
-from mbfg.model import constraints as C  # noqa: E402
-from mbfg.model.integrate import integrate_reference, integrate_trapezoidal  # noqa: E402
-from mbfg.model.scales import mechanism_scales  # noqa: E402
-from mbfg.drivers.forward_dynamics import simulate_batch  # noqa: E402
-from mbfg.drivers.forward_dynamics import simulate_smoother  # noqa: E402
+import mbfg  # noqa: E402
 from mbfg.testing import random_mechanisms  # noqa: E402
 
-MODES = {
-    "smoother, dependent": lambda m, T, dt: simulate_smoother(m, T, dt, window=2),
-    "smoother, independent": lambda m, T, dt: simulate_smoother(m, T, dt, window=2,
-                                                                coords="independent"),
-    "batch, dependent": lambda m, T, dt: simulate_batch(m, T, dt),
-    "batch, independent": lambda m, T, dt: simulate_batch(m, T, dt, coords="independent"),
+MODES = {  # label -> (solver, coords), in the study's grid order
+    "smoother, dependent": ("smoother", "dependent"),
+    "smoother, independent": ("smoother", "independent"),
+    "batch, dependent": ("batch", "dependent"),
+    "batch, independent": ("batch", "independent"),
 }
 
 
-def point_rmse(mech, q, ref):
-    pts = [i for i, c in enumerate(mech.coordinate_names) if not c.startswith("theta")]
-    return float(np.sqrt(np.mean((q[:, pts] - ref[:, pts]) ** 2)))
-
-
-def evaluate(gen, t_end, dt):
-    """One generated mechanism: a dict of per-mode results (ratio, phi, ms/step or error)."""
-    mech = gen.load()
-    ref = integrate_reference(mech, t_end, dt, rtol=1e-12, atol=1e-12).q
-    floor = point_rmse(mech, integrate_trapezoidal(mech, t_end, dt).q, ref)
-    projected = point_rmse(mech, integrate_trapezoidal(mech, t_end, dt, project=True).q, ref)
-    rows = mechanism_scales(mech).constraints
-    out = {}
-    for mode, run in MODES.items():
-        t0 = time.perf_counter()
-        try:
-            res = run(mech, t_end, dt)
-        except MbfgError as exc:
-            out[mode] = dict(ok=False, why=f"{type(exc).__name__}: {str(exc)[:90]}")
-            continue
-        seconds = time.perf_counter() - t0
-        phi = np.max(np.abs(C.position_constraints(mech, res.q)) / rows)
-        err = point_rmse(mech, res.q, ref)
-        out[mode] = dict(ok=True, ratio=err / floor, ratio_p=err / projected, phi=phi,
-                         ms=1e3 * seconds / (len(res.t) - 1))
-    return floor / gen.length, out
+def study(count: int, seed: int, t_end: float, dt: float) -> dict:
+    """The benchmark as a study: generated mechanisms x (solver, coordinates)."""
+    return {
+        "study": "robustness",
+        "mechanisms": {"random": {"count": int(count), "seed": int(seed)}},
+        "run": {"kind": "simulate", "t_end": float(t_end), "dt": float(dt), "window": 2,
+                "reference": True},
+        "vary": {"grid": {"run.solver": ["smoother", "batch"],
+                          "run.coords": ["dependent", "independent"]}},
+        "metrics": ["floor_rmse", "error_ratio", "error_ratio_projected", "max_phi_scaled",
+                    "ms_per_step"],
+    }
 
 
 def main(argv=None):
@@ -86,26 +74,46 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--t-end", type=float, default=5.0)
     ap.add_argument("--quick", action="store_true", help="8 mechanisms, 0.5 s")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="Dask worker processes (default 1: serial in this process)")
+    ap.add_argument("--scheduler", default="local", help="'local' or a Dask scheduler address")
+    ap.add_argument("--out", default=None, help="keep the tidy table (.csv; resumes from it)")
+    ap.add_argument("--print-study", action="store_true",
+                    help="print the study YAML (for mbfg sweep) and exit")
     args = ap.parse_args(argv)
     count, t_end = (8, 0.5) if args.quick else (args.count, args.t_end)
     dt = 1e-3
-    print(f"Machine: {machine_info()}\n")
+    spec = study(count, args.seed, t_end, dt)
+    if args.print_study:
+        print(yaml.safe_dump(spec, sort_keys=False), end="")
+        return
+    result = mbfg.sweep(spec, scheduler=args.scheduler, workers=args.workers, out=args.out,
+                        log=lambda m: print(m, file=sys.stderr))
+    gens = random_mechanisms(count, args.seed)
+    print(f"Machine: {machine_info()}; {len(result.rows)} cases "
+          + ("serially" if result.scheduler == "serial" else
+             f"on {result.workers} Dask workers") + f" in {result.seconds:.0f} s\n")
     print(f"{count} generated mechanisms (seed {args.seed}), {t_end:g} s at dt = {dt * 1e3:g} ms "
           f"from rest under g = 9.81\n")
     print("Cells: error / floor (error / projected floor), max |Phi_i| / scale_i, ms/step.\n")
     print("| # | mechanism | floor RMSE / length | " + " | ".join(MODES) + " |")
     print("|---|---|---|" + "---|" * len(MODES))
     results = {mode: [] for mode in MODES}
-    for i, gen in enumerate(random_mechanisms(count, args.seed)):
-        floor, out = evaluate(gen, t_end, dt)
+    for i, gen in enumerate(gens):
+        rows = {(r["solver"], r["coords"]): r for r in result.rows if r["mechanism"] == gen.name}
+        floors = [r["floor_rmse"] for r in rows.values() if r["floor_rmse"] is not None]
+        floor = floors[0] / gen.length if floors else float("nan")
         cells = []
-        for mode in MODES:
-            r = out[mode]
-            results[mode].append(r)
-            cells.append(f"{r['ratio']:.2f}x ({r['ratio_p']:.2f}x), Φ {r['phi']:.0e}, "
-                         f"{r['ms']:.1f} ms" if r["ok"]
-                         else "FAILED: " + r["why"])
-        print(f"| {i} | {gen.name} | {floor:.1e} | " + " | ".join(cells) + " |", flush=True)
+        for mode, key in MODES.items():
+            r = rows[key]
+            ok = r["status"] == "ok"
+            results[mode].append(dict(ok=ok, ratio=r["error_ratio"],
+                                      ratio_p=r["error_ratio_projected"],
+                                      phi=r["max_phi_scaled"], ms=r["ms_per_step"]))
+            cells.append(f"{r['error_ratio']:.2f}x ({r['error_ratio_projected']:.2f}x), "
+                         f"Φ {r['max_phi_scaled']:.0e}, {r['ms_per_step']:.1f} ms" if ok
+                         else "FAILED: " + r["error"][:90])
+        print(f"| {i} | {gen.name} | {floor:.1e} | " + " | ".join(cells) + " |")
 
     print("\n| mode | success | error / floor: median | worst | ≤ 2x | error / projected floor: "
           "median | worst | ≤ 2x | max Φ / scale | median ms/step |")

@@ -23,7 +23,7 @@ RANK = {
     "graphs": 4,
     "solvers": 5,
     "drivers": 6, "estimation": 6,
-    "benchmarking": 7, "io": 7, "plot": 7,
+    "benchmarking": 7, "io": 7, "plot": 7, "studies": 7,
     "cli": 8, "__init__": 8, "__main__": 8,
 }
 """Layer of each top-level module or subpackage of mbfg (lower layers never import higher)."""

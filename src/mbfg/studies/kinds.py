@@ -1,0 +1,527 @@
+"""What a study runs for each case: the registry of run kinds.
+
+A *run kind* is a named, pure function of one case (mechanism text, overrides, settings,
+seed) returning a dict of metrics (plain numbers) and, optionally, the arrays worth keeping.
+Each kind declares its settings (with defaults and a checker that turns a YAML value into
+a plain value or says what was expected) and the metrics it returns, so a study file is
+checked completely before any case runs and the result table has fixed columns.
+
+Built in: ``simulate`` (forward dynamics, optionally against a tight reference), ``inverse``
+(inverse dynamics along a prescribed trajectory), ``estimate``
+(the three-simulation set-up: an accurate prototype, synthesized sensor readings with the
+case's seed, an estimator on a model that may differ).  Adding a kind is one call of
+:func:`register_kind`; e.g. an identification driver::
+
+    register_kind("identify", _identify_case, settings={"t_end": Setting(10.0, positive)},
+                  metrics=("mass_error", "ms_per_step"), timing=("ms_per_step",))
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mbfg.errors import SolverError, UsageError
+
+if TYPE_CHECKING:
+    from mbfg.model.mechanism import Mechanism
+    from mbfg.studies.spec import Case
+
+__all__ = ["Setting", "RunKind", "KINDS", "register_kind", "run_kind", "CaseOutput",
+           "positive", "non_negative", "integer_at_least", "one_of", "boolean", "text",
+           "number_mapping", "SIMULATE_METRICS", "ESTIMATE_METRICS", "INVERSE_METRICS"]
+
+
+# ------------------------------------------------------------------------- setting checkers
+def positive(value: Any) -> float:
+    """A positive finite number (raises ValueError saying what was expected)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a positive number, got {value!r}")
+    value = float(value)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"expected a positive finite number, got {value!r}")
+    return value
+
+
+def non_negative(value: Any) -> float:
+    """A finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number >= 0, got {value!r}")
+    value = float(value)
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"expected a finite number >= 0, got {value!r}")
+    return value
+
+
+def integer_at_least(low: int) -> Callable[[Any], int]:
+    """Checker of an integer >= ``low``."""
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"expected an integer >= {low}, got {value!r}")
+        return int(value)
+    check.__doc__ = f"an integer >= {low}"
+    return check
+
+
+def one_of(*options: str) -> Callable[[Any], str]:
+    """Checker of one of the strings ``options``."""
+    def check(value: Any) -> str:
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
+        return str(value)
+    check.__doc__ = f"one of {', '.join(options)}"
+    return check
+
+
+def boolean(value: Any) -> bool:
+    """true or false."""
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def text(value: Any) -> str:
+    """A non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a non-empty text, got {value!r}")
+    return value
+
+
+def number_mapping(value: Any) -> dict:
+    """A mapping of names to numbers or safe expressions (``pi/16``), evaluated to floats."""
+    from mbfg.expressions import evaluate
+    from mbfg.errors import ExpressionError
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping of names to numbers, got {value!r}")
+    out = {}
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, str, list, tuple)):
+            raise ValueError(f"{k}: expected a number or an expression, got {v!r}")
+        try:
+            if isinstance(v, str):
+                v = evaluate(v)
+            elif isinstance(v, (list, tuple)):
+                v = [evaluate(x) if isinstance(x, str) else float(x) for x in v]
+            else:
+                v = float(v)
+        except (ExpressionError, TypeError, ValueError) as e:
+            raise ValueError(f"{k}: {e}") from None
+        out[str(k)] = v
+    return out
+
+
+# ------------------------------------------------------------------------------ registry
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a run kind: its default and the checker of a given value.
+
+    ``default`` of ``None`` with ``required=True`` means the study must give it.  The
+    checker takes the YAML value and returns the plain value (JSON-able) or raises
+    ValueError whose message says what was expected.
+    """
+    default: Any
+    check: Callable[[Any], Any]
+    doc: str = ""
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class CaseOutput:
+    """What a kind's function returns: ``metrics`` (name -> number) and ``arrays`` (name
+    -> numpy array, kept with ``--keep-arrays``)."""
+    metrics: Mapping
+    arrays: Mapping = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """A registered run kind.
+
+    Attributes
+    ----------
+    name : str
+    function : callable(case) -> CaseOutput
+        Pure: the same case gives the same metrics (except the ``timing`` ones).
+    settings : Mapping[str, Setting]
+    metrics : tuple of str
+        Every metric the function may return, in table order (a missing one is blank).
+    timing : tuple of str
+        The metrics that are wall-clock measurements (they differ between runs).
+    prepare : callable(settings, context) -> settings, optional
+        Resolves settings that name files or shared definitions into their text (so a case
+        is self-contained) and checks them against the mechanism; raises ValueError.
+    description : str
+    """
+    name: str
+    function: Callable[[Case], CaseOutput]
+    settings: Mapping
+    metrics: tuple
+    timing: tuple = ()
+    prepare: Callable[[dict, Any], dict] | None = None
+    description: str = ""
+
+
+KINDS: dict[str, RunKind] = {}
+"""name -> :class:`RunKind`; add with :func:`register_kind`."""
+
+
+def register_kind(
+    name: str,
+    function: Callable[[Case], CaseOutput],
+    *,
+    settings: Mapping,
+    metrics: tuple,
+    timing: tuple = (),
+    prepare: Callable[[dict, Any], dict] | None = None,
+    description: str = "",
+) -> RunKind:
+    """Add (or replace) the run kind ``name`` (see :class:`RunKind`)."""
+    kind = RunKind(str(name), function, dict(settings), tuple(metrics), tuple(timing), prepare,
+                   description)
+    KINDS[kind.name] = kind
+    return kind
+
+
+def run_kind(name: str) -> RunKind:
+    """The registered kind ``name``; :class:`~mbfg.errors.UsageError` listing them
+    otherwise."""
+    if name not in KINDS:
+        raise UsageError(f"unknown run kind {name!r}; expected one of {', '.join(sorted(KINDS))}")
+    return KINDS[name]
+
+
+# ------------------------------------------------------------------------ shared helpers
+_CACHE: dict = {}
+_CACHE_SIZE = 64
+
+
+def _cached(key: tuple, compute: Callable[[], Any]) -> Any:
+    """Per-process cache of deterministic intermediate results (a prototype's reference
+    motion shared by the cases of one mechanism); bounded, oldest dropped first."""
+    if key not in _CACHE:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = compute()
+    return _CACHE[key]
+
+
+def _finite(what: str, **arrays: Any) -> None:
+    for name, a in arrays.items():
+        if a is not None and not np.all(np.isfinite(a)):
+            raise SolverError(f"{what} produced non-finite values ({name})")
+
+
+def _arrays(result: Any) -> dict:
+    import dataclasses
+    return {f.name: getattr(result, f.name) for f in dataclasses.fields(result)
+            if isinstance(getattr(result, f.name), np.ndarray)}
+
+
+def _rmse(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(x)))) if np.size(x) else float("nan")
+
+
+# ------------------------------------------------------------------------------ simulate
+SIMULATE_METRICS = ("steps", "iterations", "max_phi", "max_phi_scaled", "energy_drift",
+                    "energy_drift_rel", "rmse_points", "floor_rmse", "projected_floor_rmse",
+                    "error_ratio", "error_ratio_projected", "seconds", "ms_per_step")
+"""Metrics of ``simulate``: steps and solver iterations; max |Phi| [m] and max |Phi_i| /
+scale_i; max |E - E(0)| [J] and relative to the peak kinetic energy; with ``reference: true``
+the RMSE of the point coordinates against a DOP853 run at rtol = atol = 1e-12 [m], that of the
+trapezoidal rule at the same step without (floor) and with projection (projected floor), and
+the ratios; wall time [s] and ms per step (timing)."""
+
+
+def _reference_motion(text: str, overrides: tuple, t_end: float, dt: float) -> tuple:
+    from mbfg.studies.spec import build_case_mechanism
+    from mbfg.model.integrate import integrate_reference, integrate_trapezoidal
+
+    def compute():
+        mech = build_case_mechanism(text, None, overrides)
+        ref = integrate_reference(mech, t_end, dt, rtol=1e-12, atol=1e-12).q
+        floor = integrate_trapezoidal(mech, t_end, dt).q
+        projected = integrate_trapezoidal(mech, t_end, dt, project=True).q
+        return ref, floor, projected
+    return _cached(("reference", text, overrides, t_end, dt), compute)
+
+
+def _simulate_case(case: Case) -> CaseOutput:
+    from mbfg.drivers.forward_dynamics import simulate_batch, simulate_smoother
+    from mbfg.model import constraints as C
+    from mbfg.model.inertia import kinetic_energy, mechanical_energy
+    from mbfg.model.scales import mechanism_scales
+
+    s = case.settings_dict
+    mech = case.mechanism()
+    t0 = time.perf_counter()
+    if s["solver"] == "smoother":
+        res = simulate_smoother(mech, s["t_end"], s["dt"], coords=s["coords"],
+                                integrator=s["integrator"], window=s["window"])
+    else:
+        res = simulate_batch(mech, s["t_end"], s["dt"], coords=s["coords"],
+                             integrator=s["integrator"])
+    seconds = time.perf_counter() - t0
+    _finite("the simulation", q=res.q, qd=res.qd, qdd=res.qdd)
+    phi = np.abs(C.position_constraints(mech, res.q))
+    energy = mechanical_energy(mech, res.q, res.qd)
+    drift = float(np.max(np.abs(energy - energy[0])))
+    peak = float(np.max(kinetic_energy(mech, res.qd)))
+    steps = len(res.t) - 1
+    m = dict(steps=steps, iterations=int(res.stats.iterations), max_phi=float(np.max(phi)),
+             max_phi_scaled=float(np.max(phi / mechanism_scales(mech).constraints)),
+             energy_drift=drift, energy_drift_rel=drift / peak if peak > 0 else float("nan"),
+             seconds=seconds, ms_per_step=1e3 * seconds / max(steps, 1))
+    if s["reference"]:
+        ref, floor, projected = _reference_motion(case.mechanism_text, case.overrides,
+                                                  s["t_end"], s["dt"])
+        pts = [i for i, c in enumerate(mech.coordinate_names) if not c.startswith("theta")]
+
+        def rmse(q):
+            return _rmse(q[:, pts] - ref[:, pts])
+        err, f, p = rmse(res.q), rmse(floor), rmse(projected)
+        m.update(rmse_points=err, floor_rmse=f, projected_floor_rmse=p,
+                 error_ratio=err / f if f > 0 else float("nan"),
+                 error_ratio_projected=err / p if p > 0 else float("nan"))
+    return CaseOutput(m, {**_arrays(res), "coords": np.array(mech.coordinate_names)})
+
+
+register_kind(
+    "simulate", _simulate_case,
+    settings={
+        "t_end": Setting(1.0, positive, "duration [s]"),
+        "dt": Setting(1e-3, positive, "time step [s]"),
+        "solver": Setting("smoother", one_of("smoother", "batch"), "forward-dynamics solver"),
+        "coords": Setting("dependent", one_of("dependent", "independent"), "coordinates"),
+        "integrator": Setting("trapezoidal", one_of("trapezoidal", "euler"), "integrator"),
+        "window": Setting(2, integer_at_least(1), "fixed-lag window of the smoother"),
+        "reference": Setting(False, boolean, "also compare with a DOP853 reference and the "
+                             "trapezoidal floors (rmse_points, error_ratio, ...)"),
+    },
+    metrics=SIMULATE_METRICS, timing=("seconds", "ms_per_step"),
+    description="forward dynamics from the assembled q0 at rest (mbfg.simulate)")
+
+
+# ------------------------------------------------------------------------------ estimate
+ESTIMATE_METRICS = ("pos_rmse", "pos_rmse_after", "vel_rmse", "vel_rmse_after", "acc_rmse",
+                    "acc_rmse_after", "smoothed_pos_rmse", "smoothed_pos_rmse_after",
+                    "smoothed_vel_rmse", "smoothed_vel_rmse_after", "smoothed_acc_rmse",
+                    "smoothed_acc_rmse_after", "ms_per_step")
+"""Metrics of ``estimate``: RMSE of the ``coordinate`` (position, rate, acceleration; whole run
+and after ``after`` seconds) of the causal estimate and, for estimators that smooth, of the
+smoothed one; CPU ms per step (timing)."""
+
+
+def _prepare_estimate(settings: dict, context: Any) -> dict:
+    """Resolve the sensor set into its YAML text; check the estimator, the coordinate and the
+    model overrides against the mechanism."""
+    from mbfg.estimation.registry import estimator
+    from mbfg.loader import parse_sensors
+    from mbfg.model.parameters import apply_overrides
+    s = dict(settings)
+    try:
+        s["method"] = estimator(s["method"]).name
+    except UsageError as e:
+        raise ValueError(f"method: {e}") from None
+    name = s["sensors"]
+    yaml_text, source = context.sensor_set(name)
+    mech = context.base_mechanism()
+    from mbfg.errors import MbfgError
+    try:
+        parse_sensors(yaml_text, mech, source=source)
+    except MbfgError as e:
+        raise ValueError(f"sensors {name!r}: {e}") from None
+    s["sensors_yaml"] = yaml_text
+    names = mech.coordinate_names
+    if s["coordinate"] not in names:
+        raise ValueError(f"coordinate: {s['coordinate']!r} is not a coordinate of the mechanism; "
+                         f"expected one of {', '.join(names)}")
+    for k in s["initial_offset"]:
+        if k not in names:
+            raise ValueError(f"initial_offset: {k!r} is not a coordinate of the mechanism; "
+                             f"expected one of {', '.join(names)}")
+    try:
+        apply_overrides(mech.spec, s["model_overrides"])
+    except UsageError as e:
+        raise ValueError(f"model_overrides: {e}") from None
+    return s
+
+
+def _prototype_motion(text: str, overrides: tuple, t_end: float, dt: float) -> tuple:
+    from mbfg.studies.spec import build_case_mechanism
+    from mbfg.model.integrate import integrate_reference
+
+    def compute():
+        proto = build_case_mechanism(text, None, overrides)
+        ref = integrate_reference(proto, t_end, dt, rtol=1e-11, atol=1e-11)
+        return proto, (ref.t, ref.q, ref.qd, ref.qdd)
+    return _cached(("prototype", text, overrides, t_end, dt), compute)
+
+
+def _estimate_case(case: Case) -> CaseOutput:
+    from mbfg.estimation.registry import estimate
+    from mbfg.loader import parse_sensors
+    from mbfg.model import kinematics as K
+    from mbfg.model.sensors import wrap_angle
+
+    s = case.settings_dict
+    proto, truth = _prototype_motion(case.mechanism_text, case.overrides, s["t_end"], s["dt"])
+    t, q, qd, qdd = truth
+    sensors = parse_sensors(s["sensors_yaml"], proto)
+    readings = sensors.synthesize(proto, t, q, qd, qdd, rng=np.random.default_rng(case.seed))
+    model = case.mechanism(extra=tuple(s["model_overrides"].items()))
+    q0 = np.asarray(model.q0, float)
+    if s["initial_offset"]:
+        idx = [model.coordinate_index(k) for k in s["initial_offset"]]
+        values = [q0[i] + v for i, v in zip(idx, s["initial_offset"].values())]
+        q0 = np.asarray(K.solve_finite_displacement(model, q0, idx, values), float)
+    options = {} if s["window"] is None else {"window": s["window"]}
+    res = estimate(model, sensors, readings, s["dt"], len(t), method=s["method"],
+                   seed=case.seed, q0=q0, qd0=np.zeros(model.n), **options)
+    _finite("the estimation", q=res.q, qd=res.qd)
+    k = model.coordinate_index(s["coordinate"])
+    angle = k in set(model.angle_coords)
+    i0 = int(round(s["after"] / s["dt"]))
+    m = {}
+    sets = [("", (res.q, res.qd, res.qdd))]
+    if res.q_smoothed is not None:
+        sets.append(("smoothed_", (res.q_smoothed, res.qd_smoothed, res.qdd_smoothed)))
+    for prefix, est in sets:
+        for name, e, x in zip(("pos", "vel", "acc"), est, (q, qd, qdd)):
+            if e is None:
+                continue
+            err = e[:, k] - x[:len(e), k]
+            if name == "pos" and angle:
+                err = wrap_angle(err)
+            m[f"{prefix}{name}_rmse"] = _rmse(err)
+            m[f"{prefix}{name}_rmse_after"] = _rmse(err[i0:])
+    m["ms_per_step"] = float(res.stats.get("ms_per_step", float("nan")))
+    arrays = {**_arrays(res), "truth_q": q, "truth_qd": qd, "truth_qdd": qdd,
+              "coords": np.array(model.coordinate_names)}
+    return CaseOutput(m, arrays)
+
+
+def _optional_window(value: Any) -> int | None:
+    return None if value is None else integer_at_least(1)(value)
+
+
+register_kind(
+    "estimate", _estimate_case,
+    settings={
+        "t_end": Setting(10.0, positive, "duration of the prototype's run [s]"),
+        "dt": Setting(0.005, positive, "time step of the readings and the estimator [s]"),
+        "sensors": Setting(None, text, "a name in sensor_sets, or a sensors YAML file",
+                           required=True),
+        "method": Setting("fg-online", text, "estimator name (mbfg.estimation.ESTIMATORS)"),
+        "window": Setting(None, _optional_window, "smoother window (default: the estimator's)"),
+        "model_overrides": Setting({}, number_mapping, "overrides applied to the estimator's "
+                                   "model only (the prototype keeps the case's values)"),
+        "initial_offset": Setting({}, number_mapping, "coordinate -> offset added to the "
+                                  "model's initial value (reassembled), e.g. theta0: pi/16"),
+        "coordinate": Setting("theta0", text, "coordinate whose errors are the metrics"),
+        "after": Setting(2.0, non_negative, "the *_after metrics skip the first seconds"),
+    },
+    metrics=ESTIMATE_METRICS, timing=("ms_per_step",), prepare=_prepare_estimate,
+    description="three-simulation estimation: accurate prototype, synthesized readings "
+                "(case seed), an estimator on the model")
+
+
+# ------------------------------------------------------------------------------- inverse
+INVERSE_METRICS = ("iterations", "max_following_error", "max_phi", "force_rms", "force_max",
+                   "seconds", "ms_per_step")
+"""Metrics of ``inverse``: Gauss-Newton iterations of all stages; the largest following error
+of the imposed coordinates and max |Phi|; RMS and max |Q| of the forces on the actuated
+coordinates [N, N m]; wall time and ms per step (timing)."""
+
+
+def _names(value: Any) -> str:
+    if isinstance(value, list):
+        value = ",".join(str(v) for v in value)
+    return text(value)
+
+
+def _optional_names(value: Any) -> str | None:
+    return None if value is None else _names(value)
+
+
+def _prepare_inverse(settings: dict, context: Any) -> dict:
+    """Read the trajectory file (relative to the study, or a bundled one by name) into the
+    settings; check the coordinates against the mechanism."""
+    from mbfg import resources
+    from mbfg.errors import MbfgError
+    from mbfg.io import read_trajectory
+    from mbfg.trajectories import uniform_step
+    s = dict(settings)
+    mech = context.base_mechanism()
+    for key in ("imposed", "actuated"):
+        if s[key] is None:
+            continue
+        for name in s[key].split(","):
+            if name.strip() not in mech.coordinate_names:
+                raise ValueError(f"{key}: {name.strip()!r} is not a coordinate of the mechanism; "
+                                 f"expected some of {', '.join(mech.coordinate_names)}")
+    path = context.base_dir / s["trajectory"]
+    if not path.is_file():
+        resolve = getattr(resources, "resolve_trajectory", None)
+        path = resolve(s["trajectory"]) if resolve else path
+        if not Path(path).is_file():
+            raise ValueError(f"trajectory: no file {context.base_dir / s['trajectory']} and no "
+                             f"bundled trajectory {s['trajectory']!r}; expected rows 't value...' "
+                             f"in a file next to the study, or a bundled trajectory's name")
+    k = len(s["imposed"].split(","))
+    try:
+        t, values = read_trajectory(path, columns=k, min_rows=3,
+                                    why="velocities and accelerations are differences")
+        uniform_step(t, str(path))
+    except (MbfgError, OSError) as e:
+        raise ValueError(f"trajectory: {e}") from None
+    s["trajectory_t"] = [float(x) for x in t]
+    s["trajectory_values"] = [[float(x) for x in row] for row in values]
+    return s
+
+
+def _inverse_case(case: Case) -> CaseOutput:
+    from mbfg.drivers.inverse_dynamics import solve_inverse_dynamics
+
+    s = case.settings_dict
+    mech = case.mechanism()
+    imposed = tuple(mech.coordinate_index(n.strip()) for n in s["imposed"].split(","))
+    actuated = (imposed if s["actuated"] is None else
+                tuple(mech.coordinate_index(n.strip()) for n in s["actuated"].split(",")))
+    t = np.asarray(s["trajectory_t"], float)
+    desired = np.asarray(s["trajectory_values"], float)
+    t0 = time.perf_counter()
+    res = solve_inverse_dynamics(mech, t, desired, imposed, actuated, coords=s["coords"],
+                                 integrator=s["integrator"])
+    seconds = time.perf_counter() - t0
+    _finite("inverse dynamics", q=res.q, Q=res.Q)
+    st = res.stats
+    Q = res.Q[:, list(actuated)]
+    m = dict(iterations=int(sum(stage["iterations"] for stage in st["stages"])),
+             max_following_error=float(st["max_following_error"]),
+             max_phi=float(np.max(res.position_residual)),
+             force_rms=_rmse(Q), force_max=float(np.max(np.abs(Q))), seconds=seconds,
+             ms_per_step=1e3 * seconds / max(len(t) - 1, 1))
+    return CaseOutput(m, {**_arrays(res), "coords": np.array(mech.coordinate_names)})
+
+
+register_kind(
+    "inverse", _inverse_case,
+    settings={
+        "trajectory": Setting(None, text, "rows 't value...' of the imposed coordinates: a file "
+                              "next to the study or a bundled trajectory", required=True),
+        "imposed": Setting(None, _names, "coordinates with a prescribed motion (theta0 or "
+                           "[theta0, theta1])", required=True),
+        "actuated": Setting(None, _optional_names, "coordinates with an unknown force "
+                            "(default: imposed)"),
+        "coords": Setting("dependent", one_of("dependent", "independent"), "coordinates"),
+        "integrator": Setting("trapezoidal", one_of("trapezoidal", "euler"), "integrator"),
+    },
+    metrics=INVERSE_METRICS, timing=("seconds", "ms_per_step"), prepare=_prepare_inverse,
+    description="inverse dynamics: forces that make the imposed coordinates follow a trajectory")

@@ -1,0 +1,282 @@
+"""Studies (issue 13): study files, cases as pure functions of their inputs, the tidy table,
+resume, and the same rows serially and on a real Dask LocalCluster of 2 worker processes."""
+from __future__ import annotations
+
+import ast
+import csv
+import textwrap
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mbfg
+from mbfg.cli import main
+from mbfg.errors import MbfgError, SchemaError, YamlSyntaxError
+from mbfg.studies import load_study, parse_study, study_from_dict, sweep
+from mbfg.studies import runner
+
+# tiny cases: 0.1 s of forward dynamics; a coupler of 5 kg has I0 < m |c|^2, so it fails
+SIMULATE = textwrap.dedent("""\
+    study: tiny
+    mechanism: fourbar
+    run:
+      kind: simulate
+      t_end: 0.1
+      dt: 0.002
+    vary:
+      grid:
+        planar_bodies[1].mass: [1.0, 5.0]
+        run.solver: [smoother, batch]
+      zip:
+        gravity[1]: [-9.81, -9.0]
+        planar_bodies[0].mass: [1.0, 0.8]
+    metrics: [steps, max_phi, energy_drift, ms_per_step]
+""")
+ESTIMATE = {
+    "study": "noise", "mechanism": "fourbar-review",
+    "run": {"kind": "estimate", "t_end": 0.4, "dt": 0.005, "sensors": "encoder",
+            "model_overrides": {"gravity[1]": -8.81}, "initial_offset": {"theta0": "pi/16"},
+            "after": 0.2},
+    "sensor_sets": {"encoder": [{"type": "encoder", "coordinate": "theta0", "sigma_deg": 1.0}]},
+    "vary": {"grid": {"run.method": ["ekf", "fg-online"]}},
+    "seeds": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    path = tmp_path_factory.mktemp("study") / "tiny.yaml"
+    path.write_text(SIMULATE)
+    return path
+
+
+@pytest.fixture(scope="module")
+def serial(study):
+    return sweep(study, scheduler="serial")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A real LocalCluster of 2 single-threaded worker processes (its address is passed as
+    --scheduler, so the existing-scheduler path is exercised too)."""
+    distributed = pytest.importorskip("distributed")
+    import logging
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0", silence_logs=logging.ERROR) as c:
+        yield c.scheduler_address
+
+
+def test_cases_columns_and_keys(study):
+    s = load_study(study)
+    assert len(s.cases) == 2 * 2 * 2
+    assert s.columns == ("case", "mechanism", "planar_bodies[1].mass", "solver", "gravity[1]",
+                         "planar_bodies[0].mass", "seed", "steps", "max_phi", "energy_drift",
+                         "ms_per_step", "status", "error", "wall_s", "worker")
+    assert s.timing_columns == ("ms_per_step", "wall_s", "worker")
+    # the key hashes the inputs only: the same case in another study has the same key
+    again = load_study(study)
+    assert [c.key for c in again.cases] == [c.key for c in s.cases]
+    assert len({c.key for c in s.cases}) == len(s.cases)
+    one = parse_study(SIMULATE.replace("[1.0, 5.0]", "[5.0]"), "other.yaml")
+    assert {c.key for c in one.cases} < {c.key for c in s.cases}
+
+
+def test_serial_rows_and_failure_rows(serial):
+    assert len(serial.rows) == 8 and serial.failed == 4
+    for row in serial.rows:
+        if row["planar_bodies[1].mass"] == 5.0:
+            assert row["status"] == "failed" and row["max_phi"] is None
+            assert row["error"].startswith("UsageError: planar_bodies[1]: I0")
+        else:
+            assert row["status"] == "ok" and row["error"] is None
+            assert row["steps"] == 50 and row["max_phi"] < 1e-9
+
+
+def test_two_workers_give_the_serial_rows(study, serial, cluster, tmp_path):
+    out = tmp_path / "r.csv"
+    dist = sweep(study, scheduler=cluster, out=out, progress=False)
+    assert dist.scheduler == cluster and dist.workers == 2
+    assert dist.deterministic_rows() == serial.deterministic_rows()
+    assert all(w and ":" in w for w in dist.column("worker"))
+    # the table read back from the CSV is the same, bit for bit
+    again = sweep(study, scheduler="serial", out=out)
+    assert again.ran == 0 and again.skipped == 8
+    assert again.deterministic_rows() == serial.deterministic_rows()
+    if runner.parquet_available():
+        import pyarrow.parquet as pq
+        table = pq.read_table(out.with_suffix(".parquet"))
+        assert table.column_names == list(serial.columns) and table.num_rows == 8
+        assert table.column("max_phi").to_pylist() == serial.column("max_phi")
+
+
+def test_noise_seeds_same_rows_on_two_workers():
+    """sweep's own LocalCluster (scheduler "local", 2 worker processes)."""
+    pytest.importorskip("distributed")
+    s = study_from_dict(ESTIMATE)
+    a = sweep(s, scheduler="serial")
+    b = sweep(s, scheduler="local", workers=2, progress=False)
+    assert b.scheduler == "local" and b.workers == 2
+    assert a.failed == 0 and len(a.rows) == 4
+    assert a.deterministic_rows() == b.deterministic_rows()
+    pos = a.column("pos_rmse")
+    assert pos[0] != pos[1]  # the seed changes the readings
+    assert a.column("smoothed_pos_rmse")[0] is None  # ekf does not smooth
+    assert a.column("smoothed_pos_rmse")[2] is not None
+
+
+def test_resume_after_an_interruption(study, serial, cluster, tmp_path):
+    out = tmp_path / "r.csv"
+    sweep(study, scheduler="serial", out=out)
+    lines = out.read_text().splitlines()
+    # interrupted: the header, three finished cases and a row torn in the middle
+    out.write_text("\n".join(lines[:4]) + "\n" + lines[4][:20])
+    resumed = sweep(study, scheduler=cluster, out=out)
+    assert resumed.skipped == 3 and resumed.ran == 5
+    assert resumed.deterministic_rows() == serial.deterministic_rows()
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["case"] for r in rows] == [c.key for c in serial.study.cases]
+    # failed rows are kept unless asked to retry them
+    assert sweep(study, scheduler="serial", out=out).ran == 0
+    assert sweep(study, scheduler="serial", out=out, retry_failed=True).ran == 4
+
+
+def test_resume_refuses_another_studys_output(study, tmp_path):
+    out = tmp_path / "r.csv"
+    sweep(parse_study(SIMULATE.replace("[1.0, 5.0]", "[1.0, 2.0]"), "x.yaml"),
+          scheduler="serial", out=out)
+    with pytest.raises(MbfgError, match="not in this study"):
+        sweep(study, scheduler="serial", out=out)
+
+
+def test_keep_arrays(tmp_path):
+    s = parse_study(SIMULATE.replace("[1.0, 5.0]", "[1.0]").replace("[smoother, batch]",
+                                                                     "[batch]"), "a.yaml")
+    res = sweep(s, scheduler="serial", keep_arrays=tmp_path / "arrays")
+    files = sorted((tmp_path / "arrays").glob("*.npz"))
+    assert [f.stem for f in files] == sorted(res.column("case"))
+    with np.load(files[0]) as z:
+        assert z["q"].shape == (51, len(z["coords"])) and "t" in z and "qdd" in z
+
+
+def test_without_dask_the_sweep_runs_serially_and_says_so(study, serial, monkeypatch):
+    monkeypatch.setattr(runner, "dask_available", lambda: False)
+    notices = []
+    res = sweep(study, workers=2, log=notices.append)
+    assert res.scheduler == "serial" and "not installed" in notices[0]
+    assert res.deterministic_rows() == serial.deterministic_rows()
+    with pytest.warns(UserWarning, match="mbfg\\[cluster\\]"):
+        sweep(study, workers=2)
+
+
+def test_random_draws_and_seeds():
+    text = textwrap.dedent("""\
+        mechanism: pendulum1
+        run: {kind: simulate, t_end: 0.02, dt: 0.01}
+        vary:
+          random:
+            count: 3
+            seed: 7
+            values:
+              planar_bodies[0].mass: {loguniform: [0.5, 2.0]}
+              run.solver: {choice: [smoother, batch]}
+        seeds: [4, 9]
+    """)
+    s = parse_study(text, "r.yaml")
+    masses = [dict(c.labels)["planar_bodies[0].mass"] for c in s.cases]
+    assert len(s.cases) == 6 and [c.seed for c in s.cases] == [4, 9] * 3
+    assert masses[0] == masses[1] and len(set(masses)) == 3
+    assert all(0.5 <= m <= 2.0 for m in masses)
+    assert masses == [dict(c.labels)["planar_bodies[0].mass"]
+                      for c in parse_study(text, "r.yaml").cases]
+
+
+def test_inverse_kind_reads_the_trajectory_once(tmp_path):
+    t = np.arange(0.0, 0.2001, 0.01)
+    np.savetxt(tmp_path / "crank.txt", np.column_stack([t, 1.0 + 2.0 * t]))
+    (tmp_path / "s.yaml").write_text(textwrap.dedent("""\
+        mechanism: fourbar-crank-angle
+        run: {kind: inverse, trajectory: crank.txt, imposed: theta0}
+        vary:
+          grid:
+            planar_bodies[1].mass: [1.0, 2.0]
+    """))
+    res = sweep(tmp_path / "s.yaml", scheduler="serial")
+    assert res.failed == 0
+    rms = res.column("force_rms")
+    assert rms[1] > rms[0] > 0 and max(res.column("max_following_error")) < 1e-6
+    (tmp_path / "crank.txt").unlink()  # the cases carry the trajectory, not its file name
+    assert res.study.cases[0].settings_dict["trajectory_t"][-1] == pytest.approx(0.2)
+
+
+BAD = {
+    "syntax": ("mechanism: fourbar\nrun: {kind: simulate\n", YamlSyntaxError, "bad.yaml:"),
+    "no run": ("mechanism: fourbar\n", SchemaError, "missing required key 'run'"),
+    "kind": ("mechanism: fourbar\nrun:\n  kind: simulat\n", SchemaError, "run.kind"),
+    "setting": ("mechanism: fourbar\nrun:\n  kind: simulate\n  t_end: -1\n", SchemaError,
+                "bad.yaml:4: run.t_end: expected a positive finite number"),
+    "unknown setting": ("mechanism: fourbar\nrun:\n  kind: simulate\n  tend: 1\n", SchemaError,
+                        "did you mean 't_end'"),
+    "override": ("mechanism: fourbar\nrun: {kind: simulate}\nvary:\n  grid:\n"
+                 "    planar_bodies[7].mass: [1]\n", SchemaError, "bad.yaml:5: vary.grid."),
+    "mechanism": ("mechanism: nosuch\nrun: {kind: simulate}\n", SchemaError, "no mechanism file"),
+    "metric": ("mechanism: fourbar\nrun: {kind: simulate}\nmetrics: [max_ph]\n", SchemaError,
+               "did you mean 'max_phi'"),
+    "zip": ("mechanism: fourbar\nrun: {kind: simulate}\nvary:\n  zip:\n"
+            "    planar_bodies[0].mass: [1, 2]\n    planar_bodies[1].mass: [1]\n", SchemaError,
+            "equal lengths"),
+    "sensors": ("mechanism: fourbar-review\nrun: {kind: estimate, sensors: nope}\n", SchemaError,
+                "no sensor set 'nope'"),
+    "method": ("mechanism: fourbar-review\nrun: {kind: estimate, sensors: s, method: kf}\n"
+               "sensor_sets:\n  s: [{type: encoder, coordinate: theta0, sigma: 0.01}]\n",
+               SchemaError, "unknown estimator 'kf'"),
+    "seeds": ("mechanism: fourbar\nrun: {kind: simulate}\nseeds: 0\n", SchemaError, "seeds"),
+    "trajectory": ("mechanism: fourbar-crank-angle\nrun: {kind: inverse, trajectory: no.txt, "
+                   "imposed: theta0}\n", SchemaError, "trajectory"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_study_files_are_typed_errors_and_one_cli_line(name, tmp_path, capsys):
+    text, error, message = BAD[name]
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(error) as info:
+        load_study(path)
+    assert message in str(info.value) and str(path) in str(info.value)
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("mbfg sweep: error: ") and message in err
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_cli_sweep_writes_the_table(study, tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    assert main(["sweep", str(study), "--workers", "1", "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 ok, 4 failed" in printed and str(out) in printed
+    assert main(["sweep", str(study), "--workers", "0", "--out", str(out)]) == 2
+    assert main(["sweep", str(study), "--out", str(tmp_path / "t.txt")]) == 2
+
+
+def test_bundled_example_studies_parse():
+    folder = Path(str(resources.files("mbfg") / "data" / "studies"))
+    paths = sorted(folder.glob("*.yaml"))
+    assert paths
+    for p in paths:
+        assert load_study(p).cases
+    assert callable(mbfg.sweep)
+
+
+def test_only_the_runner_imports_dask():
+    root = Path(str(resources.files("mbfg")))
+    users = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] in ("dask", "distributed") for n in names):
+                users.append(path.relative_to(root).as_posix())
+    assert set(users) == {"studies/runner.py"}
