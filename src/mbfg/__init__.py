@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
     from mbfg.model.forces import ForceInput
     from mbfg.model.sensors import Sensor, SensorSet
-    from mbfg.results import EstimationResult, TrajectoryResult
+    from mbfg.results import (EstimationResult, IdentificationResult, TrajectoryResult,
+                              ValidationResult)
+    from mbfg.studies import SweepResult
 
 __version__ = "0.1.0"
 
@@ -140,5 +142,54 @@ def estimate(
                progress=progress, **options)
 
 
+def sweep(
+    study: str | os.PathLike | dict,
+    *,
+    scheduler: str = "local",
+    workers: int | None = None,
+    out: str | os.PathLike | None = None,
+    keep_arrays: str | os.PathLike | None = None,
+    **options: Any,
+) -> SweepResult:
+    """Run a study (Monte-Carlo runs, parameter sweeps; a YAML file or the same structure as a
+    dict, docs/studies.md) serially or on Dask and return its tidy table, one row per case.
+
+    ``scheduler``: ``"local"`` (a Dask LocalCluster of ``workers`` processes; serial when
+    ``workers`` is 1 or Dask is not installed), ``"serial"`` or a scheduler address; ``out``:
+    the CSV table (plus Parquet with pyarrow), resumed if it exists; ``keep_arrays``: a
+    directory for each case's arrays.  See :func:`mbfg.studies.sweep`."""
+    from mbfg.studies import sweep as run
+    return run(study, scheduler=scheduler, workers=workers, out=out, keep_arrays=keep_arrays,
+               **options)
+
+
+def identify(
+    model: Mechanism,
+    sensors: Sequence[Sensor],
+    recordings: Sequence,
+    parameters: Sequence[str] | str,
+    **options: Any,
+) -> IdentificationResult:
+    """Identify the physical ``parameters`` (YAML paths: ``planar_bodies[1].mass``,
+    ``friction[0].viscous``, ``motors[0].gain``, ``gravity``, ``sensors[1].bias``, ...) of
+    ``model`` jointly with the states of every recording; see
+    :func:`mbfg.drivers.identification.identify` and docs/identification.md."""
+    from mbfg.drivers.identification import identify as run
+    return run(model, sensors, recordings, parameters, **options)
+
+
+def cross_validate(
+    model: Mechanism,
+    sensors: Sequence[Sensor],
+    recording: Any,
+    result: IdentificationResult | None = None,
+    **options: Any,
+) -> ValidationResult:
+    """States of a held-out ``recording`` with the parameters fixed at ``result``'s values,
+    and its residual per step; see :func:`mbfg.drivers.identification.cross_validate`."""
+    from mbfg.drivers.identification import cross_validate as run
+    return run(model, sensors, recording, result, **options)
+
+
 __all__ = ["load_mechanism", "mechanism_from_yaml", "load_sensors", "simulate",
-           "solve_inverse_dynamics", "estimate", "Mechanism", "build_mechanism", "MbfgError", "errors", "__version__"]
+           "solve_inverse_dynamics", "estimate", "identify", "cross_validate", "sweep", "Mechanism", "build_mechanism", "MbfgError", "errors", "__version__"]

@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--paths", action="store_true", help="also print where each file is")
     c.set_defaults(func=_cmd_mechanisms)
     commands.register(sub)
+    from mbfg.cli import identify as _identify
+    _identify.register(sub)
+    from mbfg.cli import sweep
+    sweep.register(sub)
     for register in _EXTRA_COMMANDS:
         register(sub)
     return p

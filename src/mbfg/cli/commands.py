@@ -310,8 +310,10 @@ def cmd_inverse(args: argparse.Namespace) -> int:
         raise UsageError("give exactly one of --trajectory FILE or --point-path FILE (with --point)")
     why = "velocities and accelerations are second-order differences of 3 or more samples"
     if args.trajectory is not None:
-        t, desired = read_trajectory(args.trajectory, columns=len(imposed), min_rows=3, why=why)
-        uniform_step(t, args.trajectory)
+        from mbfg.resources import resolve_trajectory
+        trajectory = resolve_trajectory(args.trajectory)  # a file, or a bundled name
+        t, desired = read_trajectory(trajectory, columns=len(imposed), min_rows=3, why=why)
+        uniform_step(t, trajectory)
     else:
         if args.point is None:
             raise UsageError("--point-path needs --point P (the point that follows the path)")
@@ -362,7 +364,8 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     check_output(args.out, "--out", None)
     check_output(args.truth, "--truth", (".npz",))
     mech = mbfg.load_mechanism(args.mechanism)
-    sensors = load_sensors(args.sensors, mech)
+    from mbfg.resources import resolve_sensors
+    sensors = load_sensors(resolve_sensors(args.sensors), mech)  # a file, or a bundled name
     check_horizon(mech, t_end, dt)
     inputs = read_inputs(args.inputs, mech) if args.inputs else None
     with numerics("the reference simulation"):
@@ -418,7 +421,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise UsageError(f"--window must be >= 1, got {window}")
     check_output(args.out, "--out", (".npz",))
     mech = mbfg.load_mechanism(args.mechanism)
-    sensors = load_sensors(args.sensors, mech)
+    from mbfg.resources import resolve_sensors
+    sensors = load_sensors(resolve_sensors(args.sensors), mech)  # a file, or a bundled name
     t, readings = read_readings(args.readings, sensors)
     dt = uniform_step(t, args.readings)
     try:
@@ -493,7 +497,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     i = sub.add_parser("inverse", help="inverse dynamics: forces for a prescribed motion")
     i.add_argument("mechanism", help=MECHANISM_HELP)
     i.add_argument("--trajectory", help="rows 't value...' of the imposed coordinates "
-                   "(blank or comma separated, %%/# comments)")
+                   "(blank or comma separated, %%/# comments), or the name of a bundled "
+                   "reference trajectory (fourbars1-with-rel-angle-trajectory, "
+                   "pick-and-place-robot-trajectory)")
     i.add_argument("--point-path", help="rows 't x y' of a point's desired path (solved by "
                    "inverse kinematics for the imposed coordinates); needs --point")
     i.add_argument("--point", type=int, help="point index that follows --point-path")
@@ -506,7 +512,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     y = sub.add_parser("synthesize", help="simulate a mechanism and write noisy sensor readings")
     y.add_argument("mechanism", help=MECHANISM_HELP + " (the true prototype)")
-    y.add_argument("--sensors", required=True, help="sensors YAML file (docs/sensors.md)")
+    y.add_argument("--sensors", required=True, help="sensors YAML file (docs/sensors.md), or "
+                   "the name of a bundled one (fourbar-review)")
     y.add_argument("--t-end", type=float, default=10.0, help="duration [s] (default 10)")
     y.add_argument("--dt", type=float, default=5e-3, help="time step [s] (default 0.005)")
     y.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
@@ -518,7 +525,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     e = sub.add_parser("estimate", help="estimate the state from noisy sensor readings")
     e.add_argument("mechanism", help=MECHANISM_HELP + " (the estimator's model)")
-    e.add_argument("--sensors", required=True, help="sensors YAML file (docs/sensors.md)")
+    e.add_argument("--sensors", required=True, help="sensors YAML file (docs/sensors.md), or "
+                   "the name of a bundled one (fourbar-review)")
     e.add_argument("--inputs", help="rows 't u1 ... uk' of the inputs of the model's k motors "
                    "(YAML motors:), interpolated linearly in time")
     e.add_argument("--readings", required=True, help="rows 't value...' (nan = no reading), "
