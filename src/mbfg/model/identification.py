@@ -228,7 +228,10 @@ class ParameterSet:
         """d values / d theta (p, p) (for the delta-method standard deviations)."""
         return self._values_and_jacobian(theta)[1]
 
-    def _values_and_jacobian(self, theta):
+    def _values_and_jacobian(self, theta, first_moments=False):
+        """Values (p,) and d values / d theta (p, p) at theta: the physical values, or with
+        ``first_moments`` the centre-of-mass entries as m c (the coordinates the model is
+        linear in)."""
         theta = self._check(theta)
         p = self.size
         bodies = self._bodies(theta)
@@ -240,6 +243,9 @@ class ParameterSet:
                     vals[j], J[j] = m, dm
                 elif field == "I0":  # I_O = I_G + m |c|^2
                     vals[j], J[j] = IG + m * (c @ c), dIG + dm * (c @ c) + 2.0 * m * (c @ dc)
+                elif first_moments:
+                    k = int(field[4])
+                    vals[j], J[j] = m * c[k], dm * c[k] + m * dc[k]
                 else:
                     k = int(field[4])
                     vals[j], J[j] = c[k], dc[k]
@@ -350,22 +356,7 @@ class ParameterSet:
         return tuple(out)
 
     def _linear(self, theta):
-        theta = self._check(theta)
-        p = self.size
-        bodies = self._bodies(theta)
-        vals, J = np.zeros(p), np.zeros((p, p))
-        for j, (kind, i, field) in enumerate(self._kind):
-            if kind == "body":
-                m, c, IG, dm, dc, dIG = bodies[i]
-                if field == "mass":
-                    vals[j], J[j] = m, dm
-                elif field == "I0":
-                    vals[j], J[j] = IG + m * (c @ c), dIG + dm * (c @ c) + 2.0 * m * (c @ dc)
-                else:
-                    k = int(field[4])
-                    vals[j], J[j] = m * c[k], dm * c[k] + m * dc[k]
-            else:
-                vals[j], J[j, j] = self._coefficient(j, theta)
+        vals, J = self._values_and_jacobian(theta, first_moments=True)
         s = self.linear_scales()
         return vals / s, J / s[:, None]
 

@@ -13,13 +13,14 @@ cost.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import gtsam
 import numpy as np
 
 from mbfg.factors.gaussian import unit_noise
+from mbfg.solvers.batch import SolverStats
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,15 +29,9 @@ __all__ = ["JointStats", "optimize_joint", "parameter_information"]
 
 
 @dataclass
-class JointStats:
-    """iterations (linear solves), initial/final error (0.5 sum of squared whitened
-    residuals), converged, seconds, history (error after each accepted step), reason."""
-    iterations: int = 0
-    initial_error: float = float("nan")
-    final_error: float = float("nan")
-    converged: bool = False
-    seconds: float = 0.0
-    history: list = field(default_factory=list)
+class JointStats(SolverStats):
+    """:class:`~mbfg.solvers.batch.SolverStats` of the joint solve, plus ``reason``: why it
+    stopped."""
     reason: str = ""
 
 
