@@ -20,6 +20,28 @@ REPO = Path(__file__).resolve().parents[1]
 MECHANISMS = bundled_mechanisms()["fourbar"].parent
 REFERENCE_DATA = reference_path("README.md").parent
 
+MOTOR_FOURBAR = """
+gravity: [0, -9.81]
+points:
+  - { x: 0, y: 0, fixed: true }
+  - { x: 2*cos(pi/3), y: 2*sin(pi/3) }
+  - { x: 8.4125, y: 4.7413 }
+  - { x: 10, y: 0, fixed: true }
+planar_bodies:
+  - {points: [0, 1], length: 2, mass: 2.2, I0: 3.1, cog: [1.1, 0.05]}
+  - {points: [1, 2], length: 8, mass: 7.5, I0: 170, cog: [4.2, -0.1]}
+  - {points: [2, 3], length: 5, mass: 5.4, I0: 44, cog: [2.4, 0.08]}
+relative_coordinates:
+  - { type: RelativeAngleAbsoluteDOF, points: [0, 1] }
+friction:
+  - {type: joint, bodies: [ground, 0], viscous: 0.5, coulomb: 0.3}
+  - {type: joint, bodies: [0, 1], viscous: 0.2}
+  - {type: joint, bodies: [1, 2]}
+motors:
+  - {coordinate: theta0, gain: 5.0}
+"""
+"""A motor-driven four-bar with joint friction (the identification tests' mechanism)."""
+
 # Mechanisms used by the parametrized Jacobian suites (issue 2 and 3).
 FD_MECHANISMS = ["fourbar", "fourbar-crank-angle", "pendulum2", "pendulum3", "slider-crank",
                  "quick-return", "pick-and-place-robot"]

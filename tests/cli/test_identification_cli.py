@@ -14,7 +14,7 @@ import pytest
 import mbfg
 from mbfg.cli import main
 
-from tests.model.test_identification_chart import FOURBAR
+from conftest import MOTOR_FOURBAR
 
 SENSORS = """sensors:
   - {type: encoder, coordinate: theta0, sigma: 4.4e-4, name: crank}
@@ -31,8 +31,8 @@ def _inputs(path, phase):
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("identify")
-    (d / "truth.yaml").write_text(FOURBAR)
-    (d / "guess.yaml").write_text(FOURBAR.replace("mass: 7.5, I0: 170", "mass: 9.0, I0: 200")
+    (d / "truth.yaml").write_text(MOTOR_FOURBAR)
+    (d / "guess.yaml").write_text(MOTOR_FOURBAR.replace("mass: 7.5, I0: 170", "mass: 9.0, I0: 200")
                                   .replace("gain: 5.0", "gain: 4.0"))
     (d / "s_true.yaml").write_text(SENSORS % "0.03")
     (d / "s_guess.yaml").write_text(SENSORS % "0.0")

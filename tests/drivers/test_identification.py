@@ -16,7 +16,7 @@ from mbfg.model.identification import parameter_set
 from mbfg.model.integrate import integrate_reference
 from mbfg.model.sensors import AngleEncoder, Gyroscope, SensorSet
 
-from tests.model.test_identification_chart import FOURBAR
+from conftest import MOTOR_FOURBAR
 
 COUNTS = 4096
 DT, T_END = 5e-3, 4.0
@@ -48,14 +48,14 @@ def _record(truth, sensors, phase, seed, payload=()):
 
 @pytest.fixture(scope="module")
 def data():
-    truth = mbfg.mechanism_from_yaml(FOURBAR)
+    truth = mbfg.mechanism_from_yaml(MOTOR_FOURBAR)
     quant = 2 * np.pi / COUNTS / np.sqrt(12.0)
     sensors = SensorSet([AngleEncoder(coordinate="theta0", sigma=quant),
                          Gyroscope(body=1, sigma=0.005, bias=0.03)])
     train = _record(truth, sensors, 0.0, 1)
     held = _record(truth, sensors, 0.7, 2)
     # the guess: 20-30 % off, no gyroscope bias
-    guess = mbfg.mechanism_from_yaml(FOURBAR.replace("mass: 7.5, I0: 170", "mass: 9.0, I0: 200")
+    guess = mbfg.mechanism_from_yaml(MOTOR_FOURBAR.replace("mass: 7.5, I0: 170", "mass: 9.0, I0: 200")
                                      .replace("mass: 2.2, I0: 3.1", "mass: 2.2, I0: 3.72")
                                      .replace("viscous: 0.5, coulomb: 0.3",
                                               "viscous: 0.35, coulomb: 0.39")

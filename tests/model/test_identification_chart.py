@@ -14,27 +14,8 @@ from mbfg.model.nonconservative import motor_forces
 from mbfg.model.parameters import _check_body, parameter_vector
 from mbfg.model.sensors import AngleEncoder, Gyroscope
 from mbfg.testing import check_jacobian, random_assembled_state
+from conftest import MOTOR_FOURBAR
 
-FOURBAR = """
-gravity: [0, -9.81]
-points:
-  - { x: 0, y: 0, fixed: true }
-  - { x: 2*cos(pi/3), y: 2*sin(pi/3) }
-  - { x: 8.4125, y: 4.7413 }
-  - { x: 10, y: 0, fixed: true }
-planar_bodies:
-  - {points: [0, 1], length: 2, mass: 2.2, I0: 3.1, cog: [1.1, 0.05]}
-  - {points: [1, 2], length: 8, mass: 7.5, I0: 170, cog: [4.2, -0.1]}
-  - {points: [2, 3], length: 5, mass: 5.4, I0: 44, cog: [2.4, 0.08]}
-relative_coordinates:
-  - { type: RelativeAngleAbsoluteDOF, points: [0, 1] }
-friction:
-  - {type: joint, bodies: [ground, 0], viscous: 0.5, coulomb: 0.3}
-  - {type: joint, bodies: [0, 1], viscous: 0.2}
-  - {type: joint, bodies: [1, 2]}
-motors:
-  - {coordinate: theta0, gain: 5.0}
-"""
 
 ALL = ("planar_bodies[0], planar_bodies[1], planar_bodies[2].mass, planar_bodies[2].I0, "
        "friction[0], friction[1].viscous, friction[2].viscous, motors[0].gain, gravity, "
@@ -43,7 +24,7 @@ ALL = ("planar_bodies[0], planar_bodies[1], planar_bodies[2].mass, planar_bodies
 
 @pytest.fixture(scope="module")
 def setup():
-    mech = mbfg.mechanism_from_yaml(FOURBAR)
+    mech = mbfg.mechanism_from_yaml(MOTOR_FOURBAR)
     sensors = (AngleEncoder(coordinate="theta0", sigma=1e-3), Gyroscope(body=1, sigma=1e-2,
                                                                        bias=0.02))
     return mech, sensors, parameter_set(mech, ALL, sensors)
