@@ -100,3 +100,15 @@ def test_missing_inputs_for_a_motor_is_refused(files, capsys):
                  "--readings", str(d / "r1.txt"), "--parameters", "gravity", "--quiet"])
     _, err = capsys.readouterr()
     assert code == 2 and "--inputs" in err
+
+
+def test_identified_yaml_of_a_bundled_mechanism_name():
+    """--write-yaml works for a mechanism given by bundled name, like every other command."""
+    import mbfg
+    from mbfg.cli.identify import identified_yaml
+    mech = mbfg.load_mechanism("fourbar")
+    heavier = mbfg.load_mechanism("fourbar", overrides={"planar_bodies[1].mass": 2.5})
+    text = identified_yaml("fourbar", heavier)
+    again = mbfg.mechanism_from_yaml(text)
+    assert again.spec.bodies[1].mass == 2.5
+    assert again.spec.bodies[0].mass == mech.spec.bodies[0].mass

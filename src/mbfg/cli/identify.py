@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
     from mbfg.model.mechanism import Mechanism
     from mbfg.model.sensors import SensorSet
-    from mbfg.results import IdentificationResult
 
 __all__ = ["register", "cmd_identify", "cmd_validate", "read_recording", "identified_yaml"]
 
@@ -57,7 +56,8 @@ def identified_yaml(source: str, mech: Mechanism) -> str:
     the rest (geometry, parameters, expressions) is kept.  Comments are not."""
     import yaml
     from mbfg.loader import read_yaml_text
-    data = yaml.safe_load(read_yaml_text(source))
+    from mbfg.resources import resolve_mechanism
+    data = yaml.safe_load(read_yaml_text(resolve_mechanism(source)))  # a file or a bundled name
     if not isinstance(data, dict):
         raise DataError(f"{source}: expected a YAML mapping")
     spec = mech.spec
@@ -148,7 +148,7 @@ def cmd_identify(args: argparse.Namespace) -> int:
         print(f"{n:{width}s} = {v:.6g} +- {s:.2g} {u}")
     nulls = int(np.sum(~res.identifiable))
     print(f"identifiable combinations: {int(np.sum(res.identifiable))} of {len(res.names)}"
-          + (f"; null directions: " + "; ".join(res.combination_text(i) for i in
+          + ("; null directions: " + "; ".join(res.combination_text(i) for i in
                                                 np.flatnonzero(~res.identifiable))
              if nulls else ""))
     if args.out:
