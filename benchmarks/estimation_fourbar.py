@@ -28,11 +28,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import machine_info  # noqa: E402
-import mbfg  # noqa: E402
+from _machine import add_sweep_arguments, machine_info, run_study, sweep_summary  # noqa: E402
 from mbfg.benchmarking.estimation_review import (ANGLE_OFFSET, CRANK, ENCODER_SIGMA,  # noqa: E402
                                                  GYRO_SIGMA, MODEL_GRAVITY, PUBLISHED)
 from mbfg.estimation import ESTIMATORS  # noqa: E402
@@ -70,29 +68,20 @@ def main(argv=None):
     ap.add_argument("--t-end", type=float, default=None, help="duration [s] (default 10)")
     ap.add_argument("--only", nargs="+", default=None, help="estimator names to run")
     ap.add_argument("--setups", nargs="+", default=None, help="sensor setups to run")
-    ap.add_argument("--workers", type=int, default=1,
-                    help="Dask worker processes (default 1: serial in this process)")
-    ap.add_argument("--scheduler", default="local", help="'local' or a Dask scheduler address")
-    ap.add_argument("--out", default=None, help="keep the tidy table (.csv; resumes from it)")
-    ap.add_argument("--print-study", action="store_true",
-                    help="print the study YAML (for mbfg sweep) and exit")
+    add_sweep_arguments(ap)
     args = ap.parse_args(argv)
     seeds = args.seeds or (2 if args.quick else 10)
     t_end = args.t_end or (4.0 if args.quick else 10.0)
     names = [n for n in ESTIMATORS if args.only is None or n in args.only]
     setups = [k for k in SENSOR_SETS if args.setups is None or k in args.setups]
     spec = study(setups, names, seeds, t_end)
-    if args.print_study:
-        print(yaml.safe_dump(spec, sort_keys=False), end="")
+    result = run_study(spec, args)
+    if result is None:
         return
-    result = mbfg.sweep(spec, scheduler=args.scheduler, workers=args.workers, out=args.out,
-                        log=lambda m: print(m, file=sys.stderr))
 
     print(f"# Four-bar state estimation (review Sect. 12), {t_end:g} s at dt = {DT * 1e3:g} ms, "
           f"mean over {seeds} seeds\n")
-    print(machine_info() + f"; {len(result.rows)} cases "
-          + ("serially" if result.scheduler == "serial" else
-             f"on {result.workers} Dask workers") + f" in {result.seconds:.0f} s\n")
+    print(f"{machine_info()}; {sweep_summary(result)}\n")
     print("RMSE of the crank angle theta0 [rad], its rate [rad/s] and acceleration [rad/s^2]; "
           "'>2 s': after the first 2 s.  fg-online: causal estimate (readings up to t), "
           "window 10; (window-smoothed): the same run's estimates when they leave "

@@ -39,11 +39,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import machine_info  # noqa: E402
-import mbfg  # noqa: E402
+from _machine import add_sweep_arguments, machine_info, run_study, sweep_summary  # noqa: E402
 from mbfg.testing import random_mechanisms  # noqa: E402
 
 MODES = {  # label -> (solver, coords), in the study's grid order
@@ -74,25 +72,16 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--t-end", type=float, default=5.0)
     ap.add_argument("--quick", action="store_true", help="8 mechanisms, 0.5 s")
-    ap.add_argument("--workers", type=int, default=1,
-                    help="Dask worker processes (default 1: serial in this process)")
-    ap.add_argument("--scheduler", default="local", help="'local' or a Dask scheduler address")
-    ap.add_argument("--out", default=None, help="keep the tidy table (.csv; resumes from it)")
-    ap.add_argument("--print-study", action="store_true",
-                    help="print the study YAML (for mbfg sweep) and exit")
+    add_sweep_arguments(ap)
     args = ap.parse_args(argv)
     count, t_end = (8, 0.5) if args.quick else (args.count, args.t_end)
     dt = 1e-3
     spec = study(count, args.seed, t_end, dt)
-    if args.print_study:
-        print(yaml.safe_dump(spec, sort_keys=False), end="")
+    result = run_study(spec, args)
+    if result is None:
         return
-    result = mbfg.sweep(spec, scheduler=args.scheduler, workers=args.workers, out=args.out,
-                        log=lambda m: print(m, file=sys.stderr))
     gens = random_mechanisms(count, args.seed)
-    print(f"Machine: {machine_info()}; {len(result.rows)} cases "
-          + ("serially" if result.scheduler == "serial" else
-             f"on {result.workers} Dask workers") + f" in {result.seconds:.0f} s\n")
+    print(f"Machine: {machine_info()}; {sweep_summary(result)}\n")
     print(f"{count} generated mechanisms (seed {args.seed}), {t_end:g} s at dt = {dt * 1e3:g} ms "
           f"from rest under g = 9.81\n")
     print("Cells: error / floor (error / projected floor), max |Phi_i| / scale_i, ms/step.\n")

@@ -11,6 +11,7 @@ well as from a checkout, whatever the working directory.
 """
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -29,9 +30,7 @@ def _folder(*parts: str):
 def bundled_mechanisms() -> dict[str, Path]:
     """Name -> path of every bundled mechanism YAML (``fourbar`` -> ``.../fourbar.yaml``),
     sorted by name."""
-    folder = _folder("mechanisms")
-    return {Path(f.name).stem: Path(str(f)) for f in sorted(folder.iterdir(), key=lambda f: Path(f.name).stem)
-            if f.name.endswith(".yaml")}
+    return _bundled(("mechanisms",), (".yaml",))
 
 
 def mechanism_path(name: str) -> Path:
@@ -94,6 +93,19 @@ def bundled_trajectories() -> dict[str, Path]:
     return _bundled(("reference", "ground-truth"), ("-trajectory.txt",))
 
 
+def bundled_studies() -> dict[str, Path]:
+    """Name -> path of the example studies shipped in ``mbfg/data/studies``
+    (:mod:`mbfg.studies`, ``mbfg sweep``)."""
+    return _bundled(("studies",), (".yaml",))
+
+
+def resolve_study(path: str | os.PathLike) -> Path:
+    """A study argument as users give it: an existing file, or else the name of a bundled
+    example study (``fourbar-mass-sweep``, with or without ``.yaml``); otherwise the path
+    unchanged (reading it reports the missing file)."""
+    return Path(_resolve(path, bundled_studies()))
+
+
 def _resolve(path_or_name: str | Path, known: dict[str, Path]) -> str | Path:
     """An existing path as given; else a bare name (no folder) of a ``known`` bundled file,
     with or without its suffix, as that file's path; else the argument unchanged (the reader
@@ -146,5 +158,6 @@ def resolve_trajectory(path_or_name: str | Path) -> str | Path:
     return _resolve(path_or_name, bundled_trajectories())
 
 
-__all__ = ["bundled_mechanisms", "bundled_sensors", "bundled_trajectories", "mechanism_path",
-           "reference_path", "resolve_mechanism", "resolve_sensors", "resolve_trajectory"]
+__all__ = ["bundled_mechanisms", "bundled_sensors", "bundled_studies", "bundled_trajectories",
+           "mechanism_path", "reference_path", "resolve_mechanism", "resolve_sensors",
+           "resolve_study", "resolve_trajectory"]

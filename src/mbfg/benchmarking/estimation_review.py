@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from mbfg.results import EstimationResult
 
 __all__ = ["ESTIMATORS", "review_fourbar", "sensor_setups", "simulate_prototype", "metrics",
-           "run_case", "coverage", "COVERAGE_AFTER", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA",
+           "all_metrics", "run_case", "coverage", "COVERAGE_AFTER", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA",
            "MODEL_GRAVITY", "ANGLE_OFFSET", "CRANK"]
 
 ENCODER_SIGMA = math.radians(1.0)      # 17.453e-3 rad
@@ -102,9 +102,11 @@ def _rmse(x):
 
 
 def metrics(
-    result: Any, truth: ArrayLike, k: int, dt: float, after: float = 2.0, smoothed: bool = False
+    result: Any, truth: ArrayLike, k: int, dt: float, after: float = 2.0, smoothed: bool = False,
+    angle: bool = True,
 ) -> dict:
-    """RMSE of coordinate k (position, rate, acceleration; whole run and after ``after`` s)."""
+    """RMSE of coordinate k (position, rate, acceleration; whole run and after ``after`` s);
+    ``angle``: position errors are wrapped to (-pi, pi]."""
     t, q, qd, qdd = truth
     est = ((result.q_smoothed, result.qd_smoothed, result.qdd_smoothed) if smoothed
            else (result.q, result.qd, result.qdd))
@@ -112,7 +114,7 @@ def metrics(
     out = {}
     for name, e, x in zip(("pos", "vel", "acc"), est, (q, qd, qdd)):
         err = e[:, k] - x[:len(e), k]
-        if name == "pos":
+        if name == "pos" and angle:
             err = wrap_angle(err)
         out[f"{name}_rmse"] = _rmse(err)
         out[f"{name}_rmse_after"] = _rmse(err[i0:])
@@ -120,6 +122,19 @@ def metrics(
     out["coverage_2sigma"] = float("nan") if smoothed else coverage(result, truth, k, dt)
     out["ms_per_step"] = float(result.stats.get("ms_per_step", float("nan")))
     return out
+
+
+def all_metrics(
+    result: Any, truth: ArrayLike, k: int, dt: float, after: float = 2.0, angle: bool = True
+) -> dict:
+    """:func:`metrics` of the causal estimate, plus the ``smoothed_*`` RMSEs when the
+    estimator also provides smoothed estimates."""
+    m = metrics(result, truth, k, dt, after, angle=angle)
+    if result.q_smoothed is not None:
+        m.update({f"smoothed_{key}": v
+                  for key, v in metrics(result, truth, k, dt, after, True, angle).items()
+                  if key not in ("ms_per_step", "coverage_2sigma")})
+    return m
 
 
 COVERAGE_AFTER = 0.5
@@ -169,8 +184,5 @@ def run_case(
     res = estimator_fn(model, sensors, readings, dt, len(t), q0=q0, qd0=np.zeros(model.n),
                        **options)
     k = model.coordinate_index(CRANK)
-    m = metrics(res, truth, k, dt)
-    if res.q_smoothed is not None:
-        m.update({f"smoothed_{key}": v for key, v in metrics(res, truth, k, dt, smoothed=True).items()
-                  if key not in ("ms_per_step", "coverage_2sigma")})
+    m = all_metrics(res, truth, k, dt)
     return (m, res) if return_result else m

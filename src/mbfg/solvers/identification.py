@@ -20,7 +20,7 @@ import gtsam
 import numpy as np
 
 from mbfg.factors.gaussian import unit_noise
-from mbfg.solvers.batch import SolverStats
+from mbfg.solvers.batch import SolverStats, read_delta
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -53,7 +53,7 @@ def _solve(lin, ordering, lam, problem, Xs, theta):
 
 
 def _update(problem, Xs, theta, delta):
-    new = [X + np.stack([delta.at(k) for k in ks]) for ks, X in zip(problem.keys, Xs)]
+    new = [X + read_delta(delta, ks) for ks, X in zip(problem.keys, Xs)]
     th = theta + delta.at(problem.theta_key) if problem.p else theta
     return new, th
 

@@ -29,7 +29,6 @@ import numpy as np
 from mbfg.errors import SolverError, UsageError
 
 if TYPE_CHECKING:
-    from mbfg.model.mechanism import Mechanism
     from mbfg.studies.spec import Case
 
 __all__ = ["Setting", "RunKind", "KINDS", "register_kind", "run_kind", "CaseOutput",
@@ -365,10 +364,10 @@ def _prototype_motion(text: str, overrides: tuple, t_end: float, dt: float) -> t
 
 
 def _estimate_case(case: Case) -> CaseOutput:
+    from mbfg.benchmarking.estimation_review import all_metrics
     from mbfg.estimation.registry import estimate
     from mbfg.loader import parse_sensors
     from mbfg.model import kinematics as K
-    from mbfg.model.sensors import wrap_angle
 
     s = case.settings_dict
     proto, truth = _prototype_motion(case.mechanism_text, case.overrides, s["t_end"], s["dt"])
@@ -384,24 +383,9 @@ def _estimate_case(case: Case) -> CaseOutput:
     options = {} if s["window"] is None else {"window": s["window"]}
     res = estimate(model, sensors, readings, s["dt"], len(t), method=s["method"],
                    seed=case.seed, q0=q0, qd0=np.zeros(model.n), **options)
-    _finite("the estimation", q=res.q, qd=res.qd)
+    # (estimate() refuses non-finite estimates itself)
     k = model.coordinate_index(s["coordinate"])
-    angle = k in set(model.angle_coords)
-    i0 = int(round(s["after"] / s["dt"]))
-    m = {}
-    sets = [("", (res.q, res.qd, res.qdd))]
-    if res.q_smoothed is not None:
-        sets.append(("smoothed_", (res.q_smoothed, res.qd_smoothed, res.qdd_smoothed)))
-    for prefix, est in sets:
-        for name, e, x in zip(("pos", "vel", "acc"), est, (q, qd, qdd)):
-            if e is None:
-                continue
-            err = e[:, k] - x[:len(e), k]
-            if name == "pos" and angle:
-                err = wrap_angle(err)
-            m[f"{prefix}{name}_rmse"] = _rmse(err)
-            m[f"{prefix}{name}_rmse_after"] = _rmse(err[i0:])
-    m["ms_per_step"] = float(res.stats.get("ms_per_step", float("nan")))
+    m = all_metrics(res, truth, k, s["dt"], s["after"], angle=k in set(model.angle_coords))
     arrays = {**_arrays(res), "truth_q": q, "truth_qd": qd, "truth_qdd": qdd,
               "coords": np.array(model.coordinate_names)}
     return CaseOutput(m, arrays)
@@ -468,8 +452,7 @@ def _prepare_inverse(settings: dict, context: Any) -> dict:
                                  f"expected some of {', '.join(mech.coordinate_names)}")
     path = context.base_dir / s["trajectory"]
     if not path.is_file():
-        resolve = getattr(resources, "resolve_trajectory", None)
-        path = resolve(s["trajectory"]) if resolve else path
+        path = resources.resolve_trajectory(s["trajectory"])
         if not Path(path).is_file():
             raise ValueError(f"trajectory: no file {context.base_dir / s['trajectory']} and no "
                              f"bundled trajectory {s['trajectory']!r}; expected rows 't value...' "

@@ -62,9 +62,7 @@ def run_case(case: Case, metrics: Sequence[str], keep_arrays: bool = False) -> t
     ``"failed"`` and ``error`` (exception type and message, one line); ``arrays`` is None
     unless ``keep_arrays`` (and the case succeeded)."""
     from mbfg.studies.kinds import run_kind
-    row = {"case": case.key, "mechanism": case.mechanism_label, **dict(case.labels),
-           "seed": case.seed}
-    row = {k: cell(v) for k, v in row.items()}
+    row = _case_columns(case)
     arrays = None
     t0 = time.perf_counter()
     try:
@@ -76,20 +74,29 @@ def run_case(case: Case, metrics: Sequence[str], keep_arrays: bool = False) -> t
         if keep_arrays:
             arrays = {k: np.asarray(v) for k, v in out.arrays.items()}
     except Exception as e:  # noqa: BLE001 - a failed case is recorded, not fatal
-        row.update({m: None for m in metrics})
-        row.update(status="failed",
-                   error=f"{type(e).__name__}: {_one_line(e)}"[:_ERROR_LENGTH])
+        _mark_failed(row, metrics, e)
     row.update(wall_s=time.perf_counter() - t0, worker=_worker_name())
     return row, arrays
 
 
+def _case_columns(case: Case) -> dict:
+    """The columns that name a case: its key, mechanism, labels and seed."""
+    row = {"case": case.key, "mechanism": case.mechanism_label, **dict(case.labels),
+           "seed": case.seed}
+    return {k: cell(v) for k, v in row.items()}
+
+
+def _mark_failed(row: dict, metrics: Sequence[str], exc: BaseException) -> None:
+    """Blank metrics, ``status`` "failed" and the one-line ``error`` of ``exc``."""
+    row.update({m: None for m in metrics})
+    row.update(status="failed", error=f"{type(exc).__name__}: {_one_line(exc)}"[:_ERROR_LENGTH])
+
+
 def _failure_row(case: Case, metrics: Sequence[str], exc: BaseException) -> dict:
     """The row of a case whose worker failed (killed, lost) rather than the case itself."""
-    row = {"case": case.key, "mechanism": case.mechanism_label,
-           **{k: cell(v) for k, v in case.labels}, "seed": case.seed}
-    row.update({m: None for m in metrics})
-    row.update(status="failed", error=f"{type(exc).__name__}: {_one_line(exc)}"[:_ERROR_LENGTH],
-               wall_s=None, worker=None)
+    row = _case_columns(case)
+    _mark_failed(row, metrics, exc)
+    row.update(wall_s=None, worker=None)
     return row
 
 

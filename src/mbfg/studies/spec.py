@@ -37,6 +37,7 @@ import numpy as np
 import yaml
 
 from mbfg.errors import MbfgError, SchemaError, UsageError
+from mbfg.resources import bundled_studies, resolve_study
 from mbfg.studies.kinds import RunKind, run_kind
 
 if TYPE_CHECKING:
@@ -377,9 +378,7 @@ class _StudyParser:
                 if kind.prepare is not None:
                     try:
                         prepared[skey] = kind.prepare(dict(case_settings), context)
-                    except ValueError as e:
-                        raise self.err(str(e), "run") from None
-                    except MbfgError as e:
+                    except (ValueError, MbfgError) as e:
                         raise self.err(str(e), "run") from None
                 else:
                     prepared[skey] = case_settings
@@ -593,27 +592,6 @@ def parse_study(text: str, source: str | None = None,
     if base_dir is None:
         base_dir = Path(source).parent if source else Path(".")
     return _StudyParser(text, source, Path(base_dir)).parse()
-
-
-def bundled_studies() -> dict[str, Path]:
-    """Name -> path of the example studies shipped in ``mbfg/data/studies``."""
-    from importlib import resources
-    folder = resources.files("mbfg.data").joinpath("studies")
-    if not folder.is_dir():
-        return {}
-    return {Path(f.name).stem: Path(str(f)) for f in sorted(folder.iterdir(), key=lambda f: f.name)
-            if f.name.endswith(".yaml")}
-
-
-def resolve_study(path: str | os.PathLike) -> Path:
-    """A study argument as users give it: an existing file, or else the name of a bundled
-    example study (``fourbar-mass-sweep``, with or without ``.yaml``); otherwise the path
-    unchanged (reading it reports the missing file)."""
-    p = Path(path)
-    if p.exists() or p.parent != Path("."):
-        return p
-    known = bundled_studies()
-    return known.get(p.stem if p.suffix == ".yaml" else p.name, p)
 
 
 def load_study(path: str | os.PathLike) -> Study:
