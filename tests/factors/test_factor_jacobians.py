@@ -31,6 +31,8 @@ FACTORS = {
         m, K.q(0), K.v(0), K.a(0), forces=np.linspace(-1, 1, m.n)),
     "f_dyn^d+baumgarte": lambda m, idx: F.forward_dynamics_factor(
         m, K.q(0), K.v(0), K.a(0), baumgarte=Baumgarte(1.0, 10.0)),
+    "f_eom^d": lambda m, idx: F.equations_of_motion_factor(
+        m, K.q(0), K.v(0), K.a(0), K.lam(0), forces=np.linspace(-1, 1, m.n)),
     "f_idyn^d": lambda m, idx: F.inverse_dynamics_factor(m, K.q(0), K.v(0), K.a(0), K.Q(0)),
     "f_pc^i": lambda m, idx: F.independent_position_factor(m, K.q(0), K.z(0), idx),
     "f_vc^i": lambda m, idx: F.independent_velocity_factor(m, K.q(0), K.v(0), K.zd(0), idx),
@@ -63,6 +65,7 @@ def state_values(name, i):
     v.insert(K.v(0), qd)
     v.insert(K.a(0), qdd + 0.1 * rng.normal(size=mech.n))
     v.insert(K.Q(0), rng.normal(size=mech.n))
+    v.insert(K.lam(0), rng.normal(size=mech.m))
     v.insert(K.z(0), q[list(idx)] + 0.01 * rng.normal(size=d))
     v.insert(K.zd(0), rng.normal(size=d))
     v.insert(K.zdd(0), rng.normal(size=d))

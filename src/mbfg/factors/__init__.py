@@ -18,7 +18,8 @@ from mbfg.factors import keys
 from mbfg.factors.adapter import FactorSpec, MultibodyFactor, custom_factor, noise_model
 from mbfg.factors.linear import (equality_factor, euler_integrator_factor, linear_factor,
                                  prior_factor, trapezoidal_integrator_factor)
-from mbfg.factors.multibody import (acceleration_constraint_factor, forward_dynamics_factor,
+from mbfg.factors.multibody import (acceleration_constraint_factor,
+                                    equations_of_motion_factor, forward_dynamics_factor,
                                     independent_acceleration_factor,
                                     independent_forward_dynamics_factor,
                                     independent_inverse_dynamics_factor,
@@ -48,7 +49,8 @@ def lm_params(**settings: Any) -> gtsam.LevenbergMarquardtParams:
 __all__ = [
     "lm_params", "keys", "FactorSpec", "MultibodyFactor", "custom_factor", "noise_model",
     "equality_factor", "euler_integrator_factor", "linear_factor", "prior_factor",
-    "trapezoidal_integrator_factor", "acceleration_constraint_factor", "forward_dynamics_factor",
+    "trapezoidal_integrator_factor", "acceleration_constraint_factor",
+    "equations_of_motion_factor", "forward_dynamics_factor",
     "independent_acceleration_factor", "independent_forward_dynamics_factor",
     "independent_inverse_dynamics_factor", "independent_position_factor",
     "independent_velocity_factor", "inverse_dynamics_factor", "inverse_dynamics_factors", "position_constraint_factor",

@@ -10,6 +10,7 @@ Q_k         ``f``   generalized forces (applied, without gravity)        n
 z_k         ``z``   independent coordinates q_k[idx]                     d
 zdot_k      ``w``   independent velocities                               d
 zddot_k     ``u``   independent accelerations                            d
+lambda_k    ``l``   Lagrange multipliers of the constraint rows          m
 x_k         ``x``   stacked step vector of the batch drivers             varies
 ==========  ======  ===================================================  ==========
 
@@ -19,14 +20,15 @@ from __future__ import annotations
 
 import gtsam
 
-SYMBOLS = {"q": "q", "v": "v", "a": "a", "Q": "f", "z": "z", "zd": "w", "zdd": "u", "x": "x"}
+SYMBOLS = {"q": "q", "v": "v", "a": "a", "Q": "f", "z": "z", "zd": "w", "zdd": "u", "lam": "l",
+           "x": "x"}
 """Quantity (slot) name -> gtsam symbol character."""
 
 _QUANTITY_OF = {c: name for name, c in SYMBOLS.items()}
 
 
 def key(quantity: str, k: int) -> int:
-    """Key of ``quantity`` (one of ``q v a Q z zd zdd x``) at time step ``k``."""
+    """Key of ``quantity`` (one of ``q v a Q z zd zdd lam x``) at time step ``k``."""
     try:
         return gtsam.symbol(SYMBOLS[quantity], int(k))
     except KeyError:
@@ -68,6 +70,11 @@ def zdd(k: int) -> int:
     return gtsam.symbol("u", int(k))
 
 
+def lam(k: int) -> int:
+    """Key of the multipliers lambda_k."""
+    return gtsam.symbol("l", int(k))
+
+
 def key_name(key_: int) -> str:
     """Readable name of a key: ``"q12"``, ``"zdd3"``."""
     s = gtsam.Symbol(int(key_))
@@ -80,5 +87,5 @@ def key_step(key_: int) -> int:
 
 
 __all__ = [
-    "key", "q", "v", "a", "Q", "z", "zd", "zdd", "key_name", "key_step"
+    "key", "q", "v", "a", "Q", "z", "zd", "zdd", "lam", "key_name", "key_step"
 ]

@@ -78,6 +78,26 @@ def forward_dynamics_factor(
     return custom_factor(spec, sigma)
 
 
+def equations_of_motion_factor(
+    mech: Mechanism,
+    q_key: int,
+    v_key: int,
+    a_key: int,
+    lam_key: int,
+    sigma: float = 1e-3,
+    *,
+    forces: ForceInput | None = None,
+) -> MultibodyFactor:
+    """f_eom^d: e = M qddot_k + Phi_q^T lambda_k - Q_g - Q_f - Q (n rows, Eq. 5 top row);
+    variables q_k, qdot_k, qddot_k and the multipliers lambda_k (m).  With
+    :func:`acceleration_constraint_factor` it is the sparse form of :func:`forward_dynamics_factor`."""
+    f = R.equations_of_motion_residual(
+        mech, forces=None if forces is None else np.asarray(forces, float))
+    spec = FactorSpec("f_eom^d", f, [q_key, v_key, a_key, lam_key], [mech.n] * 3 + [mech.m],
+                      mech.n)
+    return custom_factor(spec, sigma)
+
+
 def inverse_dynamics_factor(
     mech: Mechanism,
     q_key: int,

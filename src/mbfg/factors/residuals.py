@@ -149,6 +149,48 @@ def dynamics_residual(
     return f
 
 
+def equations_of_motion_residual(
+    mech: Mechanism, *, forces: ForceInput | None = None, multiplier_slot: str = "lam"
+) -> Callable:
+    """f_eom^d: e = M a + Phi_q^T lambda - Q_g - Q_f(q, v) - Q, the top row of the KKT system
+    (Eq. 5) with the multipliers as the variable slot ``multiplier_slot`` (m).  With the
+    acceleration constraints (:func:`acceleration_constraints_residual`) it replaces the dense
+    f_dyn^d (e = qddot(q, v) - a): the same solution, but every row touches only its own
+    bodies' coordinates (:func:`mbfg.model.dynamics.equations_of_motion`)."""
+    @_slots("q", "v", "a", multiplier_slot)
+    def f(p, jacobians=True):
+        eom = D.equations_of_motion(mech, p["q"], p["v"], p["a"], p[multiplier_slot], forces,
+                                    J=_phi_q(mech, p), jacobians=jacobians)
+        if not jacobians:
+            return eom.e, None
+        return eom.e, {"q": eom.d_q, "v": eom.d_v, "a": eom.d_a, multiplier_slot: eom.d_lam}
+    return f
+
+
+def redundant_multipliers_residual(mech: Mechanism, multiplier_slot: str = "lam") -> Callable:
+    """e = lambda on the m - r constraint rows that are redundant at q (those left out by
+    :func:`mbfg.model.constraints.independent_rows`): their multipliers are not determined by
+    the equations of motion, and zero is the choice Eq. (6) makes.  Slots q (which rows) and
+    the multipliers."""
+    m = mech.m
+
+    @_slots("q", multiplier_slot)
+    def f(p, jacobians=True):
+        q, lam = p["q"], p[multiplier_slot]
+        rows = np.broadcast_to(C.independent_rows(mech, q, _phi_q(mech, p)),
+                               q.shape[:-1] + (mech.independent_rows.size,))
+        keep = np.ones(q.shape[:-1] + (m,), bool)
+        np.put_along_axis(keep, rows, False, axis=-1)
+        red = np.nonzero(keep)[-1].reshape(q.shape[:-1] + (-1,))
+        e = np.take_along_axis(lam, red, axis=-1)
+        if not jacobians:
+            return e, None
+        Jl = np.zeros(e.shape + (m,))
+        np.put_along_axis(Jl, red[..., None], 1.0, axis=-1)
+        return e, {"q": np.zeros(e.shape + (mech.n,)), multiplier_slot: Jl}
+    return f
+
+
 def _with_selection(mech, base, dep_slot, ind_slot, indices):
     """[base rows; x_dep[indices] - x_ind] (Eqs. 30-32: nonlinear rows plus linear ones)."""
     idx = np.asarray(indices, int)
@@ -192,6 +234,7 @@ def independent_acceleration_residual(mech: Mechanism, indices: tuple) -> Callab
 
 __all__ = [
     "position_constraints_residual", "velocity_constraints_residual",
-    "acceleration_constraints_residual", "dynamics_residual", "independent_position_residual",
+    "acceleration_constraints_residual", "dynamics_residual", "equations_of_motion_residual",
+    "redundant_multipliers_residual", "independent_position_residual",
     "independent_velocity_residual", "independent_acceleration_residual"
 ]

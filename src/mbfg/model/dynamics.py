@@ -199,6 +199,91 @@ def forward_dynamics_jacobians(
                              d_Q=X[..., :n, 2 * n:])
 
 
+@dataclass(frozen=True)
+class EquationsOfMotion:
+    """Residual of the equations of motion with the multipliers as unknowns and its exact
+    Jacobians (shapes for leading axes ``...``): ``e`` (..., n) and ``d_q``, ``d_v``, ``d_a``
+    (..., n, n), ``d_lam`` (..., n, m)."""
+    e: np.ndarray
+    d_q: np.ndarray | None
+    d_v: np.ndarray | None
+    d_a: np.ndarray | None
+    d_lam: np.ndarray | None
+
+
+def equations_of_motion(
+    mech: Mechanism,
+    q: ArrayLike,
+    qd: ArrayLike,
+    qdd: ArrayLike,
+    lam: ArrayLike,
+    Q: ArrayLike | None = None,
+    *,
+    J: ArrayLike | None = None,
+    jacobians: bool = True,
+) -> EquationsOfMotion:
+    """The top row of the KKT system (Eq. 5) as a residual, the multipliers unknown:
+
+        e = M qddot + Phi_q^T lambda - Q_g - Q_f(q, qdot) - Q          (..., n) [N, N m]
+
+    Together with the acceleration constraints Phi_q qddot + dPhi_q/dt qdot = 0 (Eq. 3) it
+    determines qddot and lambda.  Unlike qddot(q, qdot) (Eq. 6), whose Jacobians are dense,
+    every row of it touches only the coordinates of its own bodies and constraints:
+    de/dq = sum_k lambda_k Phi_qq,k - dQ_f/dq, de/dqdot = -dQ_f/dqdot, de/dqddot = M and
+    de/dlambda = Phi_q^T.
+
+    Parameters
+    ----------
+    q, qd, qdd : (..., n)
+        Positions [m, rad], velocities and accelerations.
+    lam : (..., m)
+        Multipliers of every constraint row.
+    Q : (..., n) or (n,), optional
+        Applied generalized forces besides gravity and friction.
+    J : (..., m, n), optional
+        Phi_q(q) when the caller already has it.
+    """
+    q, qd = np.asarray(q, float), np.asarray(qd, float)
+    qdd, lam = np.asarray(qdd, float), np.asarray(lam, float)
+    J = C.constraint_jacobian(mech, q) if J is None else J
+    M = mech.mass_matrix()
+    dQf_dq = dQf_dqd = None
+    if jacobians and mech.friction_elements:
+        _, dQf_dq, dQf_dqd = friction_force_jacobians(mech, q, qd)
+    Qt = _applied(mech, Q, q, qd)
+    e = qdd @ M.T + np.einsum("...kn,...k->...n", J, lam) - Qt
+    if not jacobians:
+        return EquationsOfMotion(e, None, None, None, None)
+    lead = e.shape[:-1]
+    d_q = C.hessian_weighted_sum(mech, q, lam)
+    d_q = np.broadcast_to(d_q, lead + d_q.shape[-2:])
+    d_v = np.zeros(lead + (mech.n, mech.n))
+    if dQf_dq is not None:
+        d_q = d_q - dQf_dq
+        d_v = d_v - dQf_dqd
+    return EquationsOfMotion(e, d_q, d_v, np.broadcast_to(M, lead + M.shape),
+                             np.broadcast_to(np.swapaxes(J, -1, -2), lead + (mech.n, mech.m)))
+
+
+def multipliers(
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike, Q: ArrayLike | None = None
+) -> np.ndarray:
+    """Multipliers (..., m) that best balance given accelerations: the least-squares solution
+    of Phi_q^T lambda = Q_g + Q_f + Q - M qddot on the independent rows (zero on redundant
+    ones).  Exact when qddot solves Eq. (5); an initial guess otherwise."""
+    q = np.asarray(q, float)
+    J = C.constraint_jacobian(mech, q)
+    rows = np.asarray(mech.independent_rows)
+    Jr = C.take_rows(J, rows, 1)
+    rhs = -equations_of_motion(mech, q, qd, qdd, np.zeros(q.shape[:-1] + (mech.m,)), Q, J=J,
+                               jacobians=False).e
+    Jrt = np.swapaxes(Jr, -1, -2)
+    lam_r = np.linalg.solve(Jr @ Jrt, np.einsum("...kn,...n->...k", Jr, rhs)[..., None])[..., 0]
+    lam = np.zeros(q.shape[:-1] + (mech.m,))
+    lam[..., rows] = lam_r
+    return lam
+
+
 def _reduced(mech, R, S, c, Qt, solve=True):
     """Mbar = R^T M R and zddot = Mbar^-1 R^T (Qt - M S c) (Eq. 15) for a batch, Qt every
     generalized force (:func:`_applied`)."""
@@ -359,7 +444,8 @@ def inverse_dynamics(
 
 
 __all__ = [
-    "Baumgarte", "DynamicsJacobians", "forward_dynamics", "forward_dynamics_jacobians",
+    "Baumgarte", "DynamicsJacobians", "EquationsOfMotion", "equations_of_motion", "multipliers",
+    "forward_dynamics", "forward_dynamics_jacobians",
     "independent_dynamics", "independent_dynamics_jacobians", "inverse_dynamics",
     "IndependentState", "independent_state", "ManifoldJacobians", "manifold_jacobians"
 ]
