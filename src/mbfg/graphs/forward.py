@@ -5,8 +5,15 @@ system (as many independent equations as unknowns per step), so its solution doe
 depend on any weight, and every residual is whitened by scales of the mechanism and dt
 (:mod:`mbfg.model.scales`), so nothing in it carries units (docs/theory.md).
 
-Dependent coordinates, step vector x_k = [q_k; v_k; a_k; alpha_k]:
-f_pc^d (Phi = 0), f_vc^d (Phi_q v = 0) and f_dyn^d (a = qddot(q, v), Eq. 5-6) on every step;
+Dependent coordinates, step vector x_k = [q_k; v_k; a_k; lambda_k; alpha_k]:
+f_pc^d (Phi = 0), f_vc^d (Phi_q v = 0), and the equations of motion with the multipliers as
+unknowns, f_eom^d (M a + Phi_q^T lambda = Q_g + Q_f + Q) with f_ac^d (Phi_q a + dPhi_q/dt v =
+0), on every step: together they are Eq. 5, so a = qddot(q, v) (f_dyn^d, Eq. 6) holds at the
+solution, but every row touches only the coordinates of its own bodies and constraints, so a
+step's linear system is sparse (cost linear in the number of bodies, where the dense
+qddot(q, v) couples every coordinate with every other).  With redundant constraints the
+multipliers of the rows left out by :func:`mbfg.model.constraints.independent_rows` are held at
+zero (the choice Eq. 6 makes);
 between k and k+1 the trapezoidal integrators (Eq. 23) on the ``dof`` coordinates that are
 independent there (chosen per link by coordinate partitioning, :mod:`mbfg.model.partition`),
 with the energy-balance row and its velocity rescaling alpha (:mod:`mbfg.graphs.links`).
@@ -124,7 +131,8 @@ class ForwardProblem(_AppliedForces):
         n, dt = mech.n, settings.dt
         if coords == "dependent":
             self.indices = None
-            self.layout = _with_alpha(dependent_layout(n))
+            base = dependent_layout(n)
+            self.layout = _with_alpha(StepLayout(base.slots + (("lam", mech.m),), base.char))
         elif coords == "independent":
             self.indices = tuple(int(i) for i in indices)
             self.layout = _with_alpha(independent_layout(n, len(self.indices)))
@@ -133,11 +141,15 @@ class ForwardProblem(_AppliedForces):
         self.forces = forces
         self._window_cache: dict = {}
         c, s = sc.coordinates, sc.constraints
-        #: sigma of each residual family (q, v, a, phi, phid, phidd): the scale of its residual,
-        #: so every whitened row is dimensionless; the square graph's solution does not
-        #: depend on them
-        self.sigmas = dict(q=c, v=c / dt, a=c / dt ** 2, phi=s, phid=s / dt, phidd=s / dt ** 2)
-        scale = {"q": c, "v": c / dt, "a": c / dt ** 2, "alpha": np.array([np.inf])}
+        #: sigma of each residual family (q, v, a, phi, phid, phidd, force, lam): the scale of
+        #: its residual, so every whitened row is dimensionless; the square graph's solution
+        #: does not depend on them.  force: mass c / dt^2 per coordinate [N, N m]; lam: the
+        #: multiplier whose constraint force on a coordinate is of that size
+        force = sc.mass * c / dt ** 2
+        self.sigmas = dict(q=c, v=c / dt, a=c / dt ** 2, phi=s, phid=s / dt, phidd=s / dt ** 2,
+                           force=force, lam=sc.mass * sc.length ** 2 / dt ** 2 / s)
+        scale = {"q": c, "v": c / dt, "a": c / dt ** 2, "alpha": np.array([np.inf]),
+                 "lam": self.sigmas["lam"]}
         if self.indices is not None:
             ci = c[list(self.indices)]
             scale.update(z=ci, zd=ci / dt, zdd=ci / dt ** 2)
@@ -222,7 +234,10 @@ class ForwardProblem(_AppliedForces):
         if self.coords == "dependent":
             fams = [(T.position_constraints_residual(mech), sig["phi"]),
                     (T.velocity_constraints_residual(mech), sig["phid"]),
-                    (T.dynamics_residual(mech, forces=Q), sig["a"])]
+                    (T.equations_of_motion_residual(mech, forces=Q), sig["force"]),
+                    (T.acceleration_constraints_residual(mech), sig["phidd"])]
+            if mech.independent_rows.size < mech.m:
+                fams.append((T.redundant_multipliers_residual(mech), float(np.median(sig["lam"]))))
             slots = ("q", "v", "a")
             scale = self.scales.coordinates[idx]
         else:

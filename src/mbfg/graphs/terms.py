@@ -44,22 +44,62 @@ class StackedTerm(BatchTerm):
                 for (_, s), e in zip(self.residuals, es)])
         return self.inv_sigma
 
-    def residual(self, Xs: ArrayLike, jacobians: bool = True) -> tuple:
-        """Stacked unwhitened residuals (T, r) and Jacobians (T, r, dim) of step vectors Xs."""
+    def _evaluate(self, Xs, jacobians):
+        """Unwhitened residuals (T, r) and, if asked, (row offset, {slot: Jacobian}) per
+        family."""
         parts = self.layout.unpack(Xs)
-        es, As = [], []
-        T = Xs.shape[0]
+        es, Js, off = [], [], 0
         for f, _ in self.residuals:
             e, J = f(parts, jacobians=jacobians)
             es.append(e)
-            if jacobians:
-                A = np.zeros((T, e.shape[1], self.layout.dim))
-                for slot, Js in J.items():
-                    A[:, :, self.layout.slice(slot)] = Js
-                As.append(A)
+            Js.append((off, J))
+            off += e.shape[1]
         self._weights(es)
-        e = np.concatenate(es, axis=1)
-        return e, (np.concatenate(As, axis=1) if jacobians else None)
+        return np.concatenate(es, axis=1), Js
+
+    def residual(self, Xs: ArrayLike, jacobians: bool = True) -> tuple:
+        """Stacked unwhitened residuals (T, r) and Jacobians (T, r, dim) of step vectors Xs."""
+        e, Js = self._evaluate(Xs, jacobians)
+        if not jacobians:
+            return e, None
+        A = np.zeros(e.shape + (self.layout.dim,))
+        for off, J in Js:
+            for slot, Jslot in J.items():
+                A[:, off:off + Jslot.shape[-2], self.layout.slice(slot)] = Jslot
+        return e, A
+
+    def coo(self, X: ArrayLike) -> tuple:
+        e, Js = self._evaluate(X[self.rows], True)
+        T, r = e.shape
+        if self._pattern is None:
+            self._pattern = self._structure(X.shape[1])
+        ii, jj, vv = [], [], []
+        for (off, J), pattern in zip(Js, self._pattern):
+            for slot, (li, lj) in pattern.items():
+                arr = np.broadcast_to(J[slot], (T,) + np.shape(J[slot])[-2:])
+                ii.append((np.arange(T)[:, None] * r + off + li).ravel())
+                jj.append((self.rows[:, None] * X.shape[1] + self.layout.offset(slot)
+                           + lj).ravel())
+                vv.append(arr[:, li, lj].ravel())
+        i = np.concatenate(ii)
+        w = self.inv_sigma
+        return i, np.concatenate(jj), np.concatenate(vv) * w[i % r], e * w
+
+    _pattern = None
+
+    def _structure(self, dim):
+        """Where each family's Jacobian blocks can be nonzero: {slot: (i, j)} per family, the
+        union of the nonzeros at two random step vectors (the kernels' zeros at a given
+        state, e.g. dPhi_q/dt at rest, are not structural).  Gathering these entries costs
+        the number of nonzeros, not rows x coordinates."""
+        rng = np.random.default_rng(0)
+        out = None
+        for _ in range(2):
+            _, Js = self._evaluate(rng.normal(size=(1, dim)), True)
+            cur = [{slot: np.asarray(J[slot]).reshape(np.shape(J[slot])[-2:]) != 0
+                    for slot in J} for _, J in Js]
+            out = cur if out is None else [{k: a[k] | b[k] for k in a} for a, b in zip(out, cur)]
+        return [{k: np.nonzero(m) for k, m in fam.items()} for fam in out]
 
     def error(self, X: ArrayLike) -> float:
         e, _ = self.residual(X[self.rows], jacobians=False)
@@ -75,7 +115,9 @@ class StackedTerm(BatchTerm):
 
 # The residual families are shared with the per-step gtsam factors.
 from mbfg.factors.residuals import (acceleration_constraints_residual,  # noqa: E402,F401
-                                    dynamics_residual, position_constraints_residual,
+                                    dynamics_residual, equations_of_motion_residual,
+                                    position_constraints_residual,
+                                    redundant_multipliers_residual,
                                     velocity_constraints_residual)
 
 
