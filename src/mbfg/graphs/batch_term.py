@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import gtsam
     from numpy.typing import ArrayLike
 
-__all__ = ["BatchTerm", "add_blocks", "block"]
+__all__ = ["BatchTerm", "add_blocks", "block", "coo_of_blocks"]
 
 
 class BatchTerm:
@@ -44,7 +44,42 @@ class BatchTerm:
     def linearize(self, X: ArrayLike, keys: list, out: gtsam.GaussianFactorGraph) -> float:
         return add_blocks(self.blocks(X), keys, out)
 
+    def coo(self, X: ArrayLike) -> tuple:
+        """The same whitened linearization as :meth:`blocks`, sparse: ``(i, j, v, e)`` with
+        ``e`` (T, r) as in :meth:`blocks` and the nonzeros v of row i (an index into
+        ``e.ravel()``) and column j (an index into ``X.ravel()``).  This default converts the
+        dense blocks; terms whose rows each touch a few coordinates override it so that
+        nothing of size (rows x dim) is formed."""
+        return coo_of_blocks(self.blocks(X), np.shape(X)[1])
 
+
+def coo_of_blocks(blocks: tuple, dim: int) -> tuple:
+    """(i, j, v, e) of dense blocks (see :meth:`BatchTerm.coo`)."""
+    rows, A, e = blocks
+    T, r = e.shape
+    ii, jj, vv = [], [], []
+    if T * r:
+        for k, Ak in enumerate(A):
+            if Ak.shape[0] != T:  # one block shared by every factor
+                t, li, lj = _tiled_nonzero(Ak[0], T)
+                v = Ak[0][li, lj]
+            else:
+                t, li, lj = np.nonzero(Ak)
+                v = Ak[t, li, lj]
+            ii.append(t * r + li)
+            jj.append(rows[t, k] * dim + lj)
+            vv.append(v)
+    return _cat(ii, int), _cat(jj, int), _cat(vv, float), e
+
+
+def _tiled_nonzero(A2: np.ndarray, T: int) -> tuple:
+    """Nonzeros of one (r, c) block repeated for T factors: (t, i, j), each (T * nnz,)."""
+    li, lj = np.nonzero(A2)
+    return np.repeat(np.arange(T), li.size), np.tile(li, T), np.tile(lj, T)
+
+
+def _cat(parts: list, dtype) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
 def add_blocks(blocks: tuple, keys: list, out: gtsam.GaussianFactorGraph) -> float:
     """Append the factors of ``blocks`` (see :meth:`BatchTerm.blocks`) to ``out``; returns
     their error."""

@@ -103,7 +103,7 @@ class IntegratorLinks(BatchTerm):
 
     def _linearization(self, X, jacobians=True):
         """Unweighted residual (T, rows) and, if asked, Jacobian blocks on x_k and x_{k+1}."""
-        lay, dt, d, t = self.layout, self.dt, self._d, self._t
+        lay, d, t = self.layout, self._d, self._t
         x0, x1 = X[self.rows0], X[self.rows0 + 1]
         e = np.einsum("trk,tk->tr", self._B0, x0) + np.einsum("trk,tk->tr", self._B1, x1)
         A0 = self._B0.copy() if jacobians else None
@@ -117,34 +117,87 @@ class IntegratorLinks(BatchTerm):
                 A1[t, d + self._r, self._vel] -= 0.5 * alpha[:, None]
                 A1[:, d:2 * d, lay.offset("alpha")] = -vbar
         if self.energy is not None:
-            M, Qg, Q, _ = self.energy[:4]
-            friction = self.energy[4] if len(self.energy) > 4 else None
-            q0, q1 = x0[:, lay.slice("q")], x1[:, lay.slice("q")]
-            v0, v1 = x0[:, lay.slice("v")], x1[:, lay.slice("v")]
-            Mv0, Mv1 = v0 @ M, v1 @ M
-            fw = np.zeros_like(v0) if Q is None else 0.25 * dt * (Q[:-1] + Q[1:])
-            if friction is not None:  # state-dependent forces: Q_f(q_k, v_k), Q_f(q_k+1, ...)
-                # once per distinct step (consecutive links share one)
-                steps, inv = np.unique(np.concatenate([self.rows0, self.rows0 + 1]),
-                                       return_inverse=True)
-                Fq, Fdq, Fdv = friction(X[steps, lay.slice("q")], X[steps, lay.slice("v")])
-                i0, i1 = inv[:self.rows0.size], inv[self.rows0.size:]
-                F0, F1 = (Fq[i0], Fdq[i0], Fdv[i0]), (Fq[i1], Fdq[i1], Fdv[i1])
-                fw = fw + 0.25 * dt * (F0[0] + F1[0])
-            e[:, 2 * d] = (0.5 * (np.sum(v1 * Mv1, axis=1) - np.sum(v0 * Mv0, axis=1))
-                           - (q1 - q0) @ Qg - np.sum((v0 + v1) * fw, axis=1))
+            e[:, 2 * d], grads = self._energy(X, x0, x1, jacobians)
             if jacobians:
-                A0[:, 2 * d, lay.slice("q")] = Qg
-                A1[:, 2 * d, lay.slice("q")] = -Qg
-                A0[:, 2 * d, lay.slice("v")] = -Mv0 - fw
-                A1[:, 2 * d, lay.slice("v")] = Mv1 - fw
-                if friction is not None:
-                    vs = 0.25 * dt * (v0 + v1)
-                    A0[:, 2 * d, lay.slice("q")] -= np.einsum("ti,tij->tj", vs, F0[1])
-                    A0[:, 2 * d, lay.slice("v")] -= np.einsum("ti,tij->tj", vs, F0[2])
-                    A1[:, 2 * d, lay.slice("q")] -= np.einsum("ti,tij->tj", vs, F1[1])
-                    A1[:, 2 * d, lay.slice("v")] -= np.einsum("ti,tij->tj", vs, F1[2])
+                for A, (gq, gv) in ((A0, grads[:2]), (A1, grads[2:])):
+                    A[:, 2 * d, lay.slice("q")] = gq
+                    A[:, 2 * d, lay.slice("v")] = gv
         return e, A0, A1
+
+    def _energy(self, X, x0, x1, jacobians):
+        """The energy row r3 (T,) and, if asked, its gradients (T, n) with respect to q_k,
+        v_k, q_{k+1}, v_{k+1} (else None)."""
+        lay, dt = self.layout, self.dt
+        M, Qg, Q, _ = self.energy[:4]
+        friction = self.energy[4] if len(self.energy) > 4 else None
+        q0, q1 = x0[:, lay.slice("q")], x1[:, lay.slice("q")]
+        v0, v1 = x0[:, lay.slice("v")], x1[:, lay.slice("v")]
+        Mv0, Mv1 = v0 @ M, v1 @ M
+        fw = np.zeros_like(v0) if Q is None else 0.25 * dt * (Q[:-1] + Q[1:])
+        if friction is not None:  # state-dependent forces: Q_f(q_k, v_k), Q_f(q_k+1, ...)
+            # once per distinct step (consecutive links share one)
+            steps, inv = np.unique(np.concatenate([self.rows0, self.rows0 + 1]),
+                                   return_inverse=True)
+            Fq, Fdq, Fdv = friction(X[steps, lay.slice("q")], X[steps, lay.slice("v")])
+            i0, i1 = inv[:self.rows0.size], inv[self.rows0.size:]
+            F0, F1 = (Fq[i0], Fdq[i0], Fdv[i0]), (Fq[i1], Fdq[i1], Fdv[i1])
+            fw = fw + 0.25 * dt * (F0[0] + F1[0])
+        r3 = (0.5 * (np.sum(v1 * Mv1, axis=1) - np.sum(v0 * Mv0, axis=1))
+              - (q1 - q0) @ Qg - np.sum((v0 + v1) * fw, axis=1))
+        if not jacobians:
+            return r3, None
+        gq0 = np.broadcast_to(Qg, q0.shape).copy()
+        gq1 = -gq0
+        gv0, gv1 = -Mv0 - fw, Mv1 - fw
+        if friction is not None:
+            vs = 0.25 * dt * (v0 + v1)
+            gq0 -= np.einsum("ti,tij->tj", vs, F0[1])
+            gv0 -= np.einsum("ti,tij->tj", vs, F0[2])
+            gq1 -= np.einsum("ti,tij->tj", vs, F1[1])
+            gv1 -= np.einsum("ti,tij->tj", vs, F1[2])
+        return r3, (gq0, gv0, gq1, gv1)
+
+    def coo(self, X: ArrayLike) -> tuple:
+        """Sparse linearization (:meth:`BatchTerm.coo`): the constant integrator entries,
+        the alpha terms and the energy row, without forming (rows x dim) blocks."""
+        T, rows = self.weights.shape
+        dim, lay, d = X.shape[1], self.layout, self._d
+        if getattr(self, "_const", None) is None:
+            self._const = [np.nonzero(B) + (B[np.nonzero(B)],) for B in (self._B0, self._B1)]
+        ii, jj, vv = [], [], []
+        e = np.zeros(T * rows)
+        for shift, (t, i, j, v) in enumerate(self._const):
+            ii.append(t * rows + i)
+            jj.append((self.rows0[t] + shift) * dim + j)
+            vv.append(v)
+            e += np.bincount(ii[-1], weights=v * X[self.rows0[t] + shift, j], minlength=e.size)
+        e = e.reshape(T, rows)
+        x0, x1 = X[self.rows0], X[self.rows0 + 1]
+        t = self._t
+        if self.scheme == "trapezoidal":
+            alpha = x1[:, lay.offset("alpha")]
+            r = t * rows + d + self._r                                   # (T, d)
+            half = np.broadcast_to(-0.5 * alpha[:, None], r.shape)
+            vbar = 0.5 * (x0[t, self._vel] + x1[t, self._vel])
+            base0, base1 = (self.rows0 * dim)[:, None], ((self.rows0 + 1) * dim)[:, None]
+            ii += [r.ravel()] * 3
+            jj += [(base0 + self._vel).ravel(), (base1 + self._vel).ravel(),
+                   np.broadcast_to(base1 + lay.offset("alpha"), r.shape).ravel()]
+            vv += [half.ravel(), half.ravel(), -vbar.ravel()]
+            e[:, d:2 * d] -= alpha[:, None] * vbar
+        if self.energy is not None:
+            e[:, 2 * d], grads = self._energy(X, x0, x1, True)
+            r = np.arange(T)[:, None] * rows + 2 * d
+            for shift, (gq, gv) in enumerate((grads[:2], grads[2:])):
+                base = ((self.rows0 + shift) * dim)[:, None]
+                for name, g in (("q", gq), ("v", gv)):
+                    cols = base + lay.offset(name) + np.arange(g.shape[1])
+                    ii.append(np.broadcast_to(r, cols.shape).ravel())
+                    jj.append(cols.ravel())
+                    vv.append(g.ravel())
+        i = np.concatenate(ii)
+        w = self.weights
+        return i, np.concatenate(jj), np.concatenate(vv) * w.ravel()[i], e * w
 
     def blocks(self, X: ArrayLike) -> tuple:
         e, A0, A1 = self._linearization(X)

@@ -55,6 +55,7 @@ from mbfg.errors import ConvergenceError, MbfgError
 from mbfg.graphs.batch_term import BatchTerm, add_blocks, block
 from mbfg.graphs.linear_blocks import UnaryLinear
 from mbfg.solvers.batch import optimize, residual_floor, step_converged
+from mbfg.solvers.sparse import SPARSE_MIN_UNKNOWNS, assemble, solve_sparse
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -139,6 +140,23 @@ class HeldPredecessor(BatchTerm):
 
     def error(self, X: ArrayLike) -> float:
         return float(sum(t.error(self._pair(X)) for t in self.links))
+
+    def coo(self, X: ArrayLike) -> tuple:
+        """Sparse linearization (:meth:`BatchTerm.coo`): the links' entries on row 0."""
+        if self.T is not None:
+            return super().coo(X)
+        dim = X.shape[1]
+        parts = [t.coo(self._pair(X)) for t in self.links]
+        ii, jj, vv, es, off = [], [], [], [], 0
+        for i, j, v, e in parts:
+            on_row0 = j >= dim  # the held step's columns are constants here
+            ii.append(i[on_row0] + off)
+            jj.append(j[on_row0] - dim)
+            vv.append(v[on_row0])
+            es.append(e.reshape(-1))
+            off += e.size
+        return (np.concatenate(ii), np.concatenate(jj), np.concatenate(vv),
+                np.concatenate(es)[None, :])
 
     def remapped(self, T: ArrayLike) -> "HeldPredecessor":
         """The same factor for row 0 packed as ``x_old = T x_new``."""
@@ -237,23 +255,47 @@ class FixedLagSmoother:
 
     # ----------------------------------------------------------------- window terms
     def _linearize(self, W, terms, keys):
-        """Native Gaussian factors of the window at W, its error, and every term's blocks
-        (kept for the marginalization)."""
+        """The window's error at W and its linearization: every term's whitened blocks (kept
+        for the marginalization and :meth:`newest_covariance`), or, for the large windows of
+        square (simulation) problems, the sparse matrix of :mod:`mbfg.solvers.sparse`."""
+        if self.step_scale is not None and W.size >= SPARSE_MIN_UNKNOWNS:
+            A, e = assemble(terms, W)
+            self._last_linear = None
+            return 0.5 * float(e @ e), (A, e)
+        blocks = [t.blocks(W) for t in terms]
+        err = sum(0.5 * float(np.sum(e * e)) for _, _, e in blocks)
+        self._last_linear = (blocks, keys)
+        return err, blocks
+
+    @staticmethod
+    def _graph(blocks, keys):
+        """Native gtsam Gaussian factors of linearized blocks."""
         g = gtsam.GaussianFactorGraph()
-        err = 0.0
-        blocks = []
-        for t in terms:
-            b = t.blocks(W)
-            err += add_blocks(b, keys, g)
-            blocks.append(b)
-        self._last_linear = (g, keys)
-        return g, err, blocks
+        for b in blocks:
+            add_blocks(b, keys, g)
+        return g
+
+    def _newton_step(self, lin, keys, terms, W, err):
+        """The Gauss-Newton update (L, dim) of the window and the decrease of the error its
+        linear model predicts: by sparse LU (:mod:`mbfg.solvers.sparse`) when
+        :meth:`_linearize` gave a sparse system, otherwise by gtsam's QR elimination."""
+        if isinstance(lin, tuple):
+            A, e = lin
+            x = solve_sparse(A, e)
+            if x is not None:
+                r = A @ x + e
+                return x.reshape(W.shape), err - 0.5 * float(r @ r)
+            lin = [t.blocks(W) for t in terms]  # singular for the LU: gtsam's QR decides
+        g = self._graph(lin, keys)
+        delta = g.optimize(gtsam.EliminateQR)
+        return np.stack([delta.at(k) for k in keys]), err - float(g.error(delta))
 
     def newest_covariance(self) -> np.ndarray:
         """Marginal covariance (dim, dim) of the newest step of the window, from the window's
         last linearization (at the final Gauss-Newton point of the last solve): the last
         conditional of the sequential QR elimination in time order."""
-        g, keys = self._last_linear
+        blocks, keys = self._last_linear
+        g = self._graph(blocks, keys)
         bn = g.eliminateSequential(gtsam.Ordering(list(keys)), gtsam.EliminateQR)
         Ri = np.linalg.inv(bn.back().R())
         return Ri @ Ri.T
@@ -406,7 +448,7 @@ class FixedLagSmoother:
         prev_err = np.inf
         converged = False
         while True:
-            g, err, blocks = self._linearize(W, terms, keys)
+            err, blocks = self._linearize(W, terms, keys)
             lin = (W, blocks)
             if err <= residual_floor(self.step_tolerance):
                 converged = True  # every whitened residual is at rounding level already
@@ -422,10 +464,8 @@ class FixedLagSmoother:
                 break
             if it >= self.max_iterations:
                 break
-            delta = g.optimize(gtsam.EliminateQR)
+            D, predicted = self._newton_step(blocks, keys, terms, W, err)
             it += 1
-            D = np.stack([delta.at(k) for k in keys])
-            predicted = err - float(g.error(delta))
             W_prev, prev_err = W, err
             W = W + D
             if self._converged(D, predicted, err):
@@ -490,7 +530,7 @@ class FixedLagSmoother:
                 residual=exc.residual, iterations=it + exc.iterations) from None
         if not st.converged:
             self.unconverged += 1
-        _, err, blocks = self._linearize(W, terms, keys)
+        err, blocks = self._linearize(W, terms, keys)
         return W, err, it + st.iterations, (W, blocks)
 
 
