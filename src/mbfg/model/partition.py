@@ -31,6 +31,12 @@ def _null_basis(mech, q, scale):
     return np.swapaxes(Vt[..., r:, :], -1, -2)
 
 
+SPARSE_QUALITY_MIN_COORDINATES = 64
+"""Mechanisms with at least this many coordinates evaluate :func:`coordinate_quality` by
+sparse LU (:func:`_sparse_quality`, linear in the number of bodies) instead of the dense SVD
+of the null space (cubic); both give the same value."""
+
+
 def coordinate_quality(
     mech: Mechanism, q: ArrayLike, indices: tuple, scale: np.ndarray | None = None
 ) -> np.ndarray:
@@ -39,8 +45,53 @@ def coordinate_quality(
     ``scale`` (n,): coordinate scales (default 1)."""
     q = np.asarray(q, float)
     scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
+    if mech.n >= SPARSE_QUALITY_MIN_COORDINATES and len(indices):
+        flat = q.reshape(-1, mech.n)
+        return np.array([_sparse_quality(mech, x, indices, scale)
+                         for x in flat]).reshape(q.shape[:-1])
     N = _null_basis(mech, q.reshape(-1, mech.n), scale)[:, list(indices), :]
     return np.linalg.svd(N, compute_uv=False)[:, -1].reshape(q.shape[:-1])
+
+
+def _sparse_quality(mech, q, indices, scale, rtol=1e-6, max_iterations=200) -> float:
+    """The quality of :func:`coordinate_quality` at one state without a null-space basis.
+
+    With J = Phi_q diag(scale) on the independent rows split into the dependent columns J_d
+    (square) and the independent ones J_i, the null space is spanned by [X; I] with
+    X = -J_d^-1 J_i, so an orthonormal basis restricted to the independent rows is
+    (I + X^T X)^(-1/2) and its smallest singular value is 1 / sqrt(1 + sigma_max(X)^2).
+    sigma_max(X) comes from power iteration on X^T X with one sparse LU of J_d (relative
+    accuracy ``rtol``); a singular J_d has quality 0."""
+    import scipy.sparse
+    import scipy.sparse.linalg
+
+    Jall = C.constraint_jacobian(mech, q[None])[0]
+    J = C.take_rows(Jall, C.independent_rows(mech, q[None], Jall[None]).reshape(-1), 1) * scale
+    idx = np.asarray(indices, int)
+    dep = np.setdiff1d(np.arange(mech.n), idx)
+    if dep.size != J.shape[0]:
+        return 0.0
+    Jd, Ji = scipy.sparse.csc_matrix(J[:, dep]), scipy.sparse.csc_matrix(J[:, idx])
+    try:
+        with np.errstate(all="ignore"):
+            lu = scipy.sparse.linalg.splu(Jd)
+    except RuntimeError:  # exactly singular
+        return 0.0
+    x = np.ones(idx.size) / np.sqrt(idx.size)
+    sigma2 = 0.0
+    for _ in range(max_iterations):
+        y = Ji.T @ lu.solve(lu.solve(Ji @ x), trans="T")
+        new = float(np.linalg.norm(y))
+        if not np.isfinite(new):
+            return 0.0
+        if new == 0.0:
+            return 1.0
+        x = y / new
+        converged = abs(new - sigma2) <= rtol * new
+        sigma2 = new
+        if converged:
+            break
+    return float(1.0 / np.sqrt(1.0 + sigma2))
 
 
 def best_coordinates(
@@ -48,6 +99,15 @@ def best_coordinates(
 ) -> tuple[tuple[int, ...], float]:
     """The best-conditioned independent coordinates at one state q (n,) and their quality."""
     scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
+    if mech.n >= SPARSE_QUALITY_MIN_COORDINATES:
+        # the dependent coordinates are the pivots of Phi_q diag(scale) (Wehage & Haug's
+        # choice by pivoting the constraint Jacobian), without an n x n null-space basis
+        q = np.asarray(q, float)
+        Jall = C.constraint_jacobian(mech, q[None])[0]
+        J = C.take_rows(Jall, C.independent_rows(mech, q[None], Jall[None]).reshape(-1), 1)
+        piv = scipy.linalg.qr(J * scale, pivoting=True, mode="r")[1]
+        best = tuple(sorted(int(i) for i in piv[J.shape[0]:]))
+        return best, float(_sparse_quality(mech, q, best, scale)) if best else 1.0
     N = _null_basis(mech, np.asarray(q, float)[None], scale)[0]
     d = N.shape[1]
     if d == 0:
