@@ -9,9 +9,10 @@ constraints.  Each N runs in its own Python process (so memory peaks are separat
   process with mbfg imported is the baseline, printed below the table);
 * one evaluation of Phi, Phi_q and sum_k lam_k Phi_qq,k at one state, and one
   ``forward_dynamics`` call [ms] (fastest of a few repeats);
-* one step of the fixed-lag smoother (window 2, dt = 1 ms) [ms/step], while the run is
-  predicted to take at most ``--smoother-budget`` seconds (the previous N's run scaled by
-  the cube of the size ratio, dense linear algebra; larger chains are skipped).
+* the fixed-lag smoother (window 2, dt = 1 ms): its set-up (the problem and the solve of
+  step 0) [s] and the mean of the next steps [ms/step], while the run is predicted to take at
+  most ``--smoother-budget`` seconds (the previous N's run scaled by the square of the size
+  ratio; larger chains are skipped).
 
     python benchmarks/body_scaling.py [--max-n 400] [--sizes 10 50 100 200 400]
 """
@@ -32,20 +33,6 @@ SIZES = (10, 50, 100, 200, 400)
 REPEAT = 5
 """Repeats of each kernel timing; the table shows the fastest."""
 SMOOTHER_STEPS = 5
-
-
-def chain_yaml(links: int) -> str:
-    """YAML text of a ``links``-body pendulum chain of total length 1 m (see module docstring)."""
-    length = 1.0 / links
-    lines = ["%YAML 1.2", "---", f"# {links}-link pendulum chain", "parameters:",
-             f"  L: {length!r}", f"  mass_link: {1.0 / links!r}", "points:",
-             "  - { x: 0, y: 0, fixed: true }"]
-    lines += [f"  - {{ x: {k}*L, y: 0 }}" for k in range(1, links + 1)]
-    lines.append("planar_bodies:")
-    for k in range(links):
-        lines += [f"  - points: [{k}, {k + 1}]", "    length: L", "    mass: mass_link",
-                  "    I0: (1/3)*mass*length^2", "    cog: [0.5*length, 0.0]"]
-    return "\n".join(lines) + "\n"
 
 
 def peak_rss_mb() -> float:
@@ -71,7 +58,9 @@ def measure(links: int, smoother: bool) -> dict:
     from mbfg.model import constraints as C
     from mbfg.model.dynamics import forward_dynamics
 
-    text = chain_yaml(links)
+    from mbfg.testing import pendulum_chain_yaml
+
+    text = pendulum_chain_yaml(links)
     base = peak_rss_mb()
     t0 = time.perf_counter()
     mech = mbfg.mechanism_from_yaml(text, source=f"chain{links}")
@@ -87,12 +76,18 @@ def measure(links: int, smoother: bool) -> dict:
     out["fd_ms"] = best_ms(lambda: forward_dynamics(mech, q, qd), repeat=2)
     if smoother:
         try:
-            from mbfg.drivers.forward_dynamics import simulate_smoother
-            dt = 1e-3
+            from mbfg.drivers.forward_dynamics import make_problem
+            from mbfg.solvers.smoother import FixedLagSmoother
             t0 = time.perf_counter()
-            simulate_smoother(mech, t_end=SMOOTHER_STEPS * dt, dt=dt, window=2)
+            problem = make_problem(mech, 1e-3, "dependent", "trapezoidal", None, mech.q0)
+            sm = FixedLagSmoother(problem, 2, relative_tolerance=0.0, absolute_tolerance=0.0)
+            sm.initialize(mech.q0, np.zeros(mech.n))
+            out["setup_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for _ in range(SMOOTHER_STEPS):
+                sm.advance()
             out["smoother_s"] = time.perf_counter() - t0
-        except Exception as exc:  # the smoother is being rewritten: report, do not fail
+        except Exception as exc:  # report, do not fail
             out["smoother_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
     out["peak_rss_mb"] = peak_rss_mb()
     return out
@@ -128,14 +123,16 @@ def main(argv=None):
     print(f"Machine: {machine_info()}\n")
     print("N-link pendulum chains (n = 2N coordinates, m = N constraints), one process per N; "
           f"kernel times are the fastest of {REPEAT} (forward dynamics: of 2); smoother: "
-          f"window 2, dt = 1 ms, {SMOOTHER_STEPS} steps including set-up.\n")
+          f"window 2, dt = 1 ms: set-up (problem, initial solve) and the mean of "
+          f"{SMOOTHER_STEPS} steps after it.\n")
     print("| N | n | m | load [s] | peak RSS after load [MB] | Φ [ms] | Φ_q [ms] | "
-          "Σ λ_k Φ_qq,k [ms] | forward dynamics [ms] | smoother [ms/step] | peak RSS [MB] |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "Σ λ_k Φ_qq,k [ms] | forward dynamics [ms] | smoother set-up [s] | smoother [ms/step] | "
+          "peak RSS [MB] |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     smoother = not args.no_smoother
     notes, base, last = [], None, None  # last: (links, seconds) of the latest smoother run
     for links in sizes:
-        predicted = 0.0 if last is None else last[1] * (links / last[0]) ** 3
+        predicted = 0.0 if last is None else last[1] * (links / last[0]) ** 2
         timed = smoother and predicted <= args.smoother_budget
         if smoother and not timed:
             notes.append(f"smoother skipped from N = {links} on (predicted {predicted:.0f} s > "
@@ -143,13 +140,15 @@ def main(argv=None):
             smoother = False
         r = run_child(links, timed)
         if "error" in r:
-            print(f"| {links} | {2 * links} | {links} | failed: {r['error']} | | | | | | | |",
+            print(f"| {links} | {2 * links} | {links} | failed: {r['error']} | | | | | | | | |",
                   flush=True)
             continue
         base = r["base_rss_mb"]
+        setup = ""
         if "smoother_s" in r:
             sm = f"{1e3 * r['smoother_s'] / SMOOTHER_STEPS:.1f}"
-            last = (links, r["smoother_s"])
+            setup = f"{r['setup_s']:.2f}"
+            last = (links, r["setup_s"] + r["smoother_s"])
         elif "smoother_error" in r:
             sm = "failed (see note)"
             notes.append(f"smoother failed at N = {links}: {r['smoother_error']}")
@@ -158,7 +157,7 @@ def main(argv=None):
             sm = "skipped"
         print(f"| {links} | {r['n']} | {r['m']} | {r['load_s']:.3f} | {r['load_rss_mb']:.0f} | "
               f"{r['phi_ms']:.3f} | {r['jac_ms']:.3f} | {r['hws_ms']:.3f} | {r['fd_ms']:.1f} | "
-              f"{sm} | {r['peak_rss_mb']:.0f} |", flush=True)
+              f"{setup} | {sm} | {r['peak_rss_mb']:.0f} |", flush=True)
     if base is not None:
         print(f"\nBaseline RSS of a process with mbfg imported: {base:.0f} MB.")
     for note in notes:

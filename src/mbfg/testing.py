@@ -699,7 +699,23 @@ def _draw(family: str, seed: int) -> _Sketch:
     raise RuntimeError(f"no acceptable {family} mechanism in {_MAX_DRAWS} draws of seed {seed}")
 
 
+def pendulum_chain_yaml(links: int, length: float = 1.0, mass: float = 1.0) -> str:
+    """YAML text of a ``links``-body pendulum chain of total ``length`` [m] and ``mass`` [kg]:
+    it hangs from the fixed point 0 and starts horizontal, body k joins points k and k + 1
+    (uniform rods, I0 = m L^2 / 3), so n = 2 links coordinates and m = links distance
+    constraints.  The body-count scaling tests and benchmarks/body_scaling.py use it."""
+    lines = ["%YAML 1.2", "---", f"# {links}-link pendulum chain", "parameters:",
+             f"  L: {length / links!r}", f"  mass_link: {mass / links!r}", "points:",
+             "  - { x: 0, y: 0, fixed: true }"]
+    lines += [f"  - {{ x: {k}*L, y: 0 }}" for k in range(1, links + 1)]
+    lines.append("planar_bodies:")
+    for k in range(links):
+        lines += [f"  - points: [{k}, {k + 1}]", "    length: L", "    mass: mass_link",
+                  "    I0: (1/3)*mass*length^2", "    cog: [0.5*length, 0.0]"]
+    return "\n".join(lines) + "\n"
+
+
 __all__ = [
     "numerical_jacobian", "jacobian_error", "check_jacobian", "random_assembled_state",
-    "GeneratedMechanism", "random_mechanism", "random_mechanisms"
+    "GeneratedMechanism", "random_mechanism", "random_mechanisms", "pendulum_chain_yaml"
 ]

@@ -1,0 +1,126 @@
+"""The sparse path of the simulation graph (issue 10, item 6): multipliers as unknowns, sparse
+linearizations, sparse LU of the window, and the sparse coordinate-partition quality.
+
+Expected values come from independent code paths: the dense blocks that gtsam eliminates,
+gtsam's QR solve of the same windows, the dense SVD of the null space, the dense KKT solve of
+Eq. 5 and the classical integrator (DOP853 at 1e-12)."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import mbfg
+import mbfg.solvers.smoother as smoother_module
+from conftest import MOTOR_FOURBAR, load
+from mbfg.drivers.forward_dynamics import make_problem, simulate_smoother
+from mbfg.graphs.batch_term import coo_of_blocks
+from mbfg.model import partition as P
+from mbfg.model.dynamics import forward_dynamics
+from mbfg.model.constraints import position_constraints
+from mbfg.model.integrate import integrate_reference, integrate_trapezoidal
+from mbfg.model.scales import coordinate_scales
+from mbfg.solvers.smoother import FixedLagSmoother
+from mbfg.testing import pendulum_chain_yaml
+
+MECHS = ["fourbar", "slider-crank", "quick-return", "pick-and-place-robot", "pendulum3"]
+
+
+def _mech(name):
+    return mbfg.mechanism_from_yaml(MOTOR_FOURBAR, "motor") if name == "motor" else load(name)
+
+
+def _window(name, coords="dependent"):
+    """A smoother window of three steps after four steps from rest, moved off its solution."""
+    mech = _mech(name)
+    problem = make_problem(mech, 1e-3, coords, "trapezoidal", None, mech.q0)
+    sm = FixedLagSmoother(problem, 3)
+    sm.initialize(mech.q0, np.zeros(mech.n))
+    for _ in range(4):
+        sm.advance()
+    W = sm.W + 1e-4 * np.random.default_rng(0).normal(size=sm.W.shape)
+    steps = np.arange(sm.first, sm.first + W.shape[0])
+    terms = sm.prior + sm.problem.window_terms(steps, np.array(sm.links),
+                                               incoming=sm._incoming)
+    return W, terms
+
+
+def _dense(coo, rows, cols):
+    i, j, v = coo
+    return sp.coo_matrix((v, (i, j)), shape=(rows, cols)).toarray()
+
+
+@pytest.mark.parametrize("coords", ["dependent", "independent"])
+@pytest.mark.parametrize("name", MECHS + ["motor"])
+def test_sparse_linearization_equals_dense_blocks(name, coords):
+    if coords == "independent" and name == "pick-and-place-robot":
+        pytest.skip("its independent coordinates need a reselection the test does not set up")
+    W, terms = _window(name, coords)
+    for term in terms:
+        i, j, v, e = term.coo(W)
+        i2, j2, v2, e2 = coo_of_blocks(term.blocks(W), W.shape[1])
+        np.testing.assert_array_equal(e.ravel(), e2.ravel())
+        A = _dense((i, j, v), e.size, W.size)
+        B = _dense((i2, j2, v2), e.size, W.size)
+        np.testing.assert_allclose(A, B, rtol=0, atol=1e-12 * max(1.0, np.abs(B).max(initial=0.0)))
+
+
+@pytest.mark.parametrize("name", MECHS + ["motor"])
+def test_sparse_window_solve_equals_gtsam(name, monkeypatch):
+    """The same smoother run with every window solved by sparse LU and by gtsam's QR."""
+    mech = _mech(name)
+    monkeypatch.setattr(smoother_module, "SPARSE_MIN_UNKNOWNS", 0)
+    sparse = simulate_smoother(mech, 0.05, 1e-3, window=2)
+    monkeypatch.setattr(smoother_module, "SPARSE_MIN_UNKNOWNS", 10 ** 9)
+    dense = simulate_smoother(mech, 0.05, 1e-3, window=2)
+    scale = coordinate_scales(mech)
+    assert np.max(np.abs(sparse.q - dense.q) / scale) <= 1e-9
+
+
+@pytest.mark.parametrize("name", MECHS)
+def test_multipliers_at_the_solution_are_those_of_eq5(name):
+    """The lambda slot of a converged step equals the multipliers of the dense KKT solve."""
+    mech = load(name)
+    problem = make_problem(mech, 1e-3, "dependent", "trapezoidal", None, mech.q0)
+    sm = FixedLagSmoother(problem, 2)
+    sm.initialize(mech.q0, np.zeros(mech.n))
+    for _ in range(20):
+        sm.advance()
+    lay = problem.layout
+    x = sm.W[-1]
+    _, lam = forward_dynamics(mech, x[lay.slice("q")], x[lay.slice("v")],
+                              return_multipliers=True)
+    rows = np.asarray(mech.independent_rows)
+    np.testing.assert_allclose(x[lay.slice("lam")][rows], lam[rows], rtol=1e-6,
+                               atol=1e-9 * np.abs(lam).max())
+
+
+def test_sparse_partition_quality_equals_dense(monkeypatch):
+    mech = mbfg.mechanism_from_yaml(pendulum_chain_yaml(12), "chain12")
+    c = coordinate_scales(mech)
+    rng = np.random.default_rng(5)
+    q = mech.q0 + 0.05 * rng.normal(size=mech.n)
+    for idx in (tuple(range(1, mech.n, 2)), tuple(range(0, mech.n, 2)),
+                tuple(sorted(rng.choice(mech.n, mech.dof, replace=False)))):
+        monkeypatch.setattr(P, "SPARSE_QUALITY_MIN_COORDINATES", 10 ** 9)
+        dense = float(P.coordinate_quality(mech, q, idx, c))
+        monkeypatch.setattr(P, "SPARSE_QUALITY_MIN_COORDINATES", 0)
+        sparse = float(P.coordinate_quality(mech, q, idx, c))
+        assert sparse == pytest.approx(dense, rel=1e-5, abs=1e-12)
+
+
+def test_long_chain_error_at_the_trapezoidal_floor():
+    """A 40-link chain (n = 80: sparse window solves and sparse partition quality by default)
+    released horizontally, 0.2 s at 1 ms: its error against DOP853 at 1e-12 is at most twice
+    that of the plain trapezoidal rule at the same dt (the floor), and it stays on the
+    constraints."""
+    length = 2.0
+    mech = mbfg.mechanism_from_yaml(pendulum_chain_yaml(40, length=length, mass=3.0), "chain40")
+    assert mech.n >= P.SPARSE_QUALITY_MIN_COORDINATES
+    res = simulate_smoother(mech, 0.2, 1e-3, window=2)
+    ref = integrate_reference(mech, 0.2, 1e-3)
+    floor = integrate_trapezoidal(mech, 0.2, 1e-3)
+
+    def rmse(q):
+        return float(np.sqrt(np.mean((q - ref.q) ** 2)))
+
+    assert rmse(res.q) <= 2.0 * rmse(floor.q)
+    assert np.max(np.abs(position_constraints(mech, res.q))) <= 1e-9 * (length / 40) ** 2
