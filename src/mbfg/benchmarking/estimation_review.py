@@ -168,7 +168,9 @@ def run_case(
     return_result: bool = False,
     **options: Any,
 ) -> dict | tuple[dict, EstimationResult]:
-    """One three-simulation run: prototype readings with ``seed``, the estimator on the model.
+    """One three-simulation run: prototype readings with ``seed``, the estimator on the model
+    (a registered estimator that takes a ``seed``, the particle filter, gets the same one
+    unless ``options`` name another).
 
     ``estimator_fn`` is a callable or a registered name.  Returns the metrics dict
     (:func:`metrics` of the causal estimate; plus ``smoothed_*`` ones when the estimator
@@ -181,6 +183,9 @@ def run_case(
     readings = SensorSet(sensors).synthesize(proto, t, q, qd, qdd,
                                              rng=np.random.default_rng(seed))
     q0 = model.q0 if q0 is None else q0
+    accepts = getattr(estimator_fn, "accepts", None)
+    if accepts is not None and accepts("seed"):  # a randomized estimator (the particle
+        options.setdefault("seed", seed)         # filter) draws from the case's seed too
     res = estimator_fn(model, sensors, readings, dt, len(t), q0=q0, qd0=np.zeros(model.n),
                        **options)
     k = model.coordinate_index(CRANK)
