@@ -72,7 +72,9 @@ def constraint_scales(
     configuration) gets the largest row's scale."""
     c = coordinate_scales(mech) if coordinates is None else coordinates
     rows = np.linalg.norm(C.constraint_jacobian(mech, q) * c, axis=-1)
-    return np.where(rows > 0.0, rows, np.max(rows, initial=1.0))
+    largest = np.max(rows, axis=-1, keepdims=True, initial=0.0)
+    # (every gradient zero, a degenerate mechanism: the rows are measured in their own units)
+    return np.where(rows > 0.0, rows, np.where(largest > 0.0, largest, 1.0))
 
 
 def mechanism_scales(mech: Mechanism) -> MechanismScales:
