@@ -53,7 +53,8 @@ def uniform_step(t: ArrayLike, path: str = "trajectory") -> float:
         raise DataError(f"{path}: need at least two time samples")
     dt = np.diff(t)
     h = float(np.mean(dt))
-    if np.max(np.abs(dt - h)) > 1e-6 * h + 1e-12:
+    # 1e-6 of the step, plus the rounding of the time stamps themselves (large t)
+    if np.max(np.abs(dt - h)) > 1e-6 * h + 8.0 * np.finfo(float).eps * float(np.max(np.abs(t))):
         raise DataError(f"{path}: samples must be uniformly spaced in time (dt varies from "
                         f"{dt.min():g} to {dt.max():g} s)")
     return h
