@@ -59,11 +59,15 @@ def solve_sparse(A: scipy.sparse.csc_matrix, e: np.ndarray) -> np.ndarray | None
         K = scipy.sparse.bmat([[scipy.sparse.identity(rows, format="csc"), A],
                                [A.T, None]], format="csc")
         rhs = np.concatenate([-e, np.zeros(cols)])
+        # threshold partial pivoting (0.1, the usual choice of sparse LU codes): strict
+        # partial pivoting fills the augmented system of a 400-link chain 3x more (8e6
+        # nonzeros, 1.6 s instead of 0.37 s) for the same residual
+        pivot = 0.1
     else:
-        K, rhs = A, -e
+        K, rhs, pivot = A, -e, 1.0
     try:
         with np.errstate(all="ignore"):
-            x = scipy.sparse.linalg.splu(K).solve(rhs)
+            x = scipy.sparse.linalg.splu(K, diag_pivot_thresh=pivot).solve(rhs)
     except RuntimeError:  # exactly singular
         return None
     if rows > cols:
