@@ -257,10 +257,10 @@ def equations_of_motion(
     lead = e.shape[:-1]
     d_q = C.hessian_weighted_sum(mech, q, lam)
     d_q = np.broadcast_to(d_q, lead + d_q.shape[-2:])
-    d_v = np.zeros(lead + (mech.n, mech.n))
+    d_v = np.broadcast_to(0.0, lead + (mech.n, mech.n))  # (no allocation without friction)
     if dQf_dq is not None:
         d_q = d_q - dQf_dq
-        d_v = d_v - dQf_dqd
+        d_v = -dQf_dqd
     return EquationsOfMotion(e, d_q, d_v, np.broadcast_to(M, lead + M.shape),
                              np.broadcast_to(np.swapaxes(J, -1, -2), lead + (mech.n, mech.m)))
 
