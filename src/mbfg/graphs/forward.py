@@ -252,7 +252,7 @@ class ForwardProblem(_AppliedForces):
             slots = ("z", "zd", "zdd")
             scale = self.scales.coordinates[ind]
         if steps.size > 1:
-            energy = (mech.mass_matrix(), mech.gravity_forces(), Q,
+            energy = (mech.mass_times, mech.gravity_forces(), Q,
                       self.scales.energy(self.settings.dt))
             if mech.friction_elements:
                 energy += (lambda q, v: friction_force_jacobians(mech, q, v),)

@@ -54,7 +54,7 @@ class IntegratorLinks(BatchTerm):
         Components of those slots integrated by each link.
     scale : (T, d) float
         Scale of each integrated coordinate [m or rad].
-    energy : tuple (M (n, n), Q_g (n,), Q (T + 1, n) or None, energy scale [J][, friction])
+    energy : tuple (v -> M v, Q_g (n,), Q (T + 1, n) or None, energy scale [J][, friction])
         The energy row (trapezoidal only); Q are the applied forces at rows0[0] .. rows0[-1]+1;
         ``friction`` (optional): (q, v) -> (Q_f, dQ_f/dq, dQ_f/dv) of state-dependent forces
         (:func:`mbfg.model.nonconservative.friction_force_jacobians`), whose work enters the
@@ -132,7 +132,7 @@ class IntegratorLinks(BatchTerm):
         friction = self.energy[4] if len(self.energy) > 4 else None
         q0, q1 = x0[:, lay.slice("q")], x1[:, lay.slice("q")]
         v0, v1 = x0[:, lay.slice("v")], x1[:, lay.slice("v")]
-        Mv0, Mv1 = v0 @ M, v1 @ M
+        Mv0, Mv1 = M(v0), M(v1)
         fw = np.zeros_like(v0) if Q is None else 0.25 * dt * (Q[:-1] + Q[1:])
         if friction is not None:  # state-dependent forces: Q_f(q_k, v_k), Q_f(q_k+1, ...)
             # once per distinct step (consecutive links share one)

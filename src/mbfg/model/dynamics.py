@@ -251,7 +251,7 @@ def equations_of_motion(
     if jacobians and mech.friction_elements:
         _, dQf_dq, dQf_dqd = friction_force_jacobians(mech, q, qd)
     Qt = _applied(mech, Q, q, qd)
-    e = qdd @ M.T + np.einsum("...kn,...k->...n", J, lam) - Qt
+    e = mech.mass_times(qdd) + np.einsum("...kn,...k->...n", J, lam) - Qt
     if not jacobians:
         return EquationsOfMotion(e, None, None, None, None)
     lead = e.shape[:-1]

@@ -193,6 +193,17 @@ class Mechanism:
         """Constant mass matrix M (n, n) [kg, kg m]; zero rows/columns for relative angles."""
         return self._mass_and_gravity[0]
 
+    def mass_times(self, x: ArrayLike) -> np.ndarray:
+        """M x for x (..., n) (M symmetric, so also x M), through the sparse structure of M:
+        cost linear in the number of bodies where ``x @ M`` is quadratic."""
+        x = np.asarray(x, float)
+        return (self._mass_csr @ x.reshape(-1, self.n).T).T.reshape(x.shape)
+
+    @cached_property
+    def _mass_csr(self):
+        import scipy.sparse
+        return scipy.sparse.csr_matrix(self.mass_matrix())
+
     def gravity_forces(self) -> np.ndarray:
         """Constant generalized gravity forces (n,) [N]."""
         return self._mass_and_gravity[1]
