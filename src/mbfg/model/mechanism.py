@@ -197,6 +197,8 @@ class Mechanism:
         """M x for x (..., n) (M symmetric, so also x M), through the sparse structure of M:
         cost linear in the number of bodies where ``x @ M`` is quadratic."""
         x = np.asarray(x, float)
+        if self.n <= 64:  # a dense product is cheaper than the sparse call's overhead there
+            return x @ self.mass_matrix()
         return (self._mass_csr @ x.reshape(-1, self.n).T).T.reshape(x.shape)
 
     @cached_property
