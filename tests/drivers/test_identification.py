@@ -191,3 +191,20 @@ def test_units_do_not_matter(data):
     assert np.all(np.abs(res_mm.values - res.values * scale) < 0.01 * res.std * scale)
     np.testing.assert_allclose(res_mm.std, res.std * scale, rtol=0.01)
     np.testing.assert_allclose(res_mm.spectrum, res.spectrum, rtol=0.01)
+
+
+def test_short_continuation_matches_the_former_one(data):
+    """The default schedule (one loose joint stage, then the final one) reaches the optimum of
+    the former four-stage continuation (states alone, then the dynamics sigma 1, 0.1, 0.01,
+    1e-3) in about half the iterations."""
+    _, _, guess, gs, train, *_ = data
+    res = data[-1]
+    assert [(s["dynamics"], s["parameters"]) for s in res.stats["stages"]] == \
+        [(1.0, True), (1e-3, True)]
+    former = mbfg.identify(guess, gs, [train], NAMES, settings=IdentificationSettings(
+        continuation=(1.0, 0.1, 0.01), states_first=True, stage_tolerance=1e-8))
+    assert len(former.stats["stages"]) == 5
+    assert res.stats.iterations <= 10 and former.stats.iterations >= 1.5 * res.stats.iterations
+    sd = np.sqrt(np.diag(res.theta_covariance))
+    assert np.all(np.abs(former.theta - res.theta) < 0.01 * sd)
+    np.testing.assert_allclose(former.std, res.std, rtol=1e-3)

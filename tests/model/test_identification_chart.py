@@ -163,6 +163,24 @@ def test_parameter_information_is_the_marginal_of_theta(setup):
     A, B, C = H[:-p, :-p], H[:-p, -p:], H[-p:, -p:]
     schur = C - B.T @ np.linalg.solve(A, B)
     np.testing.assert_allclose(info, schur, rtol=1e-6, atol=1e-6 * np.abs(schur).max())
+    # the multifrontal (Cholesky) elimination the solver uses by default: the root clique's
+    # marginal information of theta is the same
+    tree = lin.eliminateMultifrontal(order)
+    info_tree = parameter_information(tree, ps.size, pb.theta_key)
+    np.testing.assert_allclose(info_tree, schur, rtol=1e-6, atol=1e-6 * np.abs(schur).max())
+    # the solver's default (gtsam eliminates the steps, numpy theta's Schur complement) and
+    # its QR fallback: the same information, the same Gauss-Newton step
+    from mbfg.solvers.identification import _eliminate
+    d_c, info_c = _eliminate(lin, pb, "cholesky")
+    d_q, info_q = _eliminate(lin, pb, "qr")
+    for info_m in (info_c, info_q):
+        np.testing.assert_allclose(info_m, schur, rtol=1e-6, atol=1e-6 * np.abs(schur).max())
+    # (the normal equations square the conditioning: agreement to 1e-5 of the step)
+    np.testing.assert_allclose(d_c.at(pb.theta_key), d_q.at(pb.theta_key), rtol=1e-5,
+                               atol=1e-7 * np.abs(d_q.at(pb.theta_key)).max())
+    for k in pb.keys[0]:
+        np.testing.assert_allclose(d_c.at(k), d_q.at(k), rtol=1e-5,
+                                   atol=1e-7 * np.abs(d_q.at(k)).max())
 
 
 def test_initial_states_follow_the_encoder_on_the_yaml_branch(setup):

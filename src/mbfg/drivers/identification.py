@@ -106,17 +106,18 @@ def _cost(problem, r, X, theta):
 
 
 def _schedule(settings):
-    """(dynamics sigma, parameters free) of each stage: the states alone with a loose dynamics
-    model (the states then follow the readings), then the joint problem with the dynamics
-    tightened tenfold per stage down to ``settings.dynamics`` (a continuation: the tight,
-    output-error-like problem has a small basin of convergence; the loose one is nearly
-    linear in the parameters and starts the next stage close to its optimum)."""
-    kd = max(1.0, settings.dynamics)
-    out = [(kd, False)]
-    while kd > settings.dynamics * (1 + 1e-9):
-        out.append((kd, True))
-        kd = max(kd / 10.0, settings.dynamics)
-    out.append((settings.dynamics, True))
+    """(dynamics sigma, parameters free, final) of each stage: optionally the states alone
+    with a loose dynamics model (the states then follow the readings), then the joint problem
+    at each of ``settings.continuation``'s loose sigmas and finally at ``settings.dynamics``
+    (a continuation: the tight, output-error-like problem has a small basin of convergence;
+    the loose one is nearly linear in the parameters and starts the next stage close to its
+    optimum)."""
+    loose = [float(k) for k in settings.continuation if k > settings.dynamics * (1 + 1e-9)]
+    out = []
+    if settings.states_first:
+        out.append((loose[0] if loose else settings.dynamics, False, False))
+    out += [(k, True, False) for k in loose]
+    out.append((settings.dynamics, True, True))
     return out
 
 
@@ -179,22 +180,29 @@ def identify(
     Xs = None
     theta = np.zeros(params.size)
     stages, iterations, history, reason, converged = [], 0, [], "", False
-    for kd, free in _schedule(settings):
-        st_k = dataclasses.replace(settings, dynamics=kd)
+    method = "cholesky"  # once an indefinite pivot made it fall back to QR, QR it is
+    for kd, free, final in _schedule(settings):
+        # a loose stage loosens the constraint rows by the same factor: the ratio of the
+        # constraint to the dynamics weights (the system's conditioning) stays the final one
+        st_k = dataclasses.replace(settings, dynamics=kd,
+                                   constraints=settings.constraints * kd / settings.dynamics)
         problem = IdentificationProblem(params, recs, st_k, first, motion, free=free)
         if Xs is None:
             Xs = [_pack(problem, *s) for s in starts]
         Xs, theta, st, info = optimize_joint(
             problem, Xs, theta, max_iterations=settings.max_iterations,
-            relative_tolerance=settings.relative_tolerance,
+            relative_tolerance=(settings.relative_tolerance if final
+                                else settings.stage_tolerance),
+            information=final, method=method,
             progress=None if progress is None else
             (lambda i, n, note, k=len(stages): progress(iterations + i, iterations + n,
                                                          f"stage {k}: {note}")))
         iterations += st.iterations
         history += st.history
+        method = st.elimination
         stages.append({"dynamics": kd, "parameters": free, "iterations": st.iterations,
                        "converged": st.converged, "final_error": st.final_error,
-                       "seconds": st.seconds})
+                       "seconds": st.seconds, "elimination": st.elimination})
         reason, converged = st.reason, st.converged
     prior_info = problem.prior_information()
     cov_theta = np.linalg.inv(info)

@@ -84,6 +84,12 @@ class IdentificationSettings:
         fraction (or the Gauss-Newton model predicts no more)
     cutoff : cut-off of the zero-phase low-pass filter of the initial estimate as a fraction
         of the Nyquist frequency 1 / (2 dt)
+    continuation : the dynamics sigmas (relative to s_i A, each above ``dynamics``) of the
+        loose stages solved before the final one, loosest first
+    states_first : solve the states alone (parameters at their guesses, dynamics at the
+        first loose sigma) before the first joint stage
+    stage_tolerance : relative tolerance of the loose stages (they only need to start the
+        next one inside its basin)
     """
     dynamics: float = 1e-3
     integrator: float = 1.0
@@ -92,6 +98,9 @@ class IdentificationSettings:
     max_iterations: int = 20
     relative_tolerance: float = 1e-8
     cutoff: float = 0.05
+    continuation: tuple = (1.0,)
+    states_first: bool = False
+    stage_tolerance: float = 1e-3
 
 
 @dataclass(frozen=True)
@@ -315,8 +324,7 @@ class IdentificationProblem:
         p, tk = self.p, self.theta_key
         for r, X in enumerate(Xs):
             keys = self.keys[r]
-            for t in self.links[r]:
-                total += t.linearize(X, keys, out)
+            total += self._linearize_links(r, X, keys, out)
             e, Ax, At, _ = self.residuals(r, X, theta)
             total += 0.5 * float(np.sum(e * e))
             model = unit_noise(e.shape[1])
@@ -331,6 +339,26 @@ class IdentificationProblem:
             w = 1.0 / self.settings.prior
             out.add(tk, w * np.eye(p), -w * np.asarray(theta, float), unit_noise(p))
         return out, total
+
+    def _linearize_links(self, r: int, X: np.ndarray, keys: list, out) -> float:
+        """The initial priors of recording r and its two integrator families, the latter as
+        one factor per pair of steps (their rows stacked: half the factors to add and
+        eliminate); returns their error."""
+        terms = self.links[r]
+        total = sum(t.linearize(X, keys, out) for t in terms[:2])
+        if len(terms) < 3:
+            return total
+        blocks = [t.blocks(X) for t in terms[2:]]
+        rows = blocks[0][0]
+        if any(not np.array_equal(b[0], rows) or b[1][0].shape[0] != 1 for b in blocks):
+            raise AssertionError("the integrator families link the same step pairs")  # pragma: no cover
+        A0 = np.concatenate([b[1][0][0] for b in blocks], axis=0)
+        A1 = np.concatenate([b[1][1][0] for b in blocks], axis=0)
+        e = np.concatenate([b[2] for b in blocks], axis=1)
+        model, neg = unit_noise(e.shape[1]), -e
+        for t, (r0, r1) in enumerate(rows):
+            out.add(keys[r0], A0, keys[r1], A1, neg[t], model)
+        return total + 0.5 * float(np.sum(e * e))
 
     def ordering(self) -> list:
         """Elimination order: every recording's steps in time order, theta last."""

@@ -4,11 +4,16 @@ The problem (duck-typed, built by :mod:`mbfg.graphs.identification`) provides
 ``linearize(Xs, theta) -> (GaussianFactorGraph, error)``, ``error(Xs, theta)``, ``keys`` (one
 list of step keys per chain), ``theta_key``, ``p`` (parameter dimension, 0 when fixed) and
 ``ordering()`` (every chain in time order, theta last).  Each iteration eliminates the linear
-system by sequential QR in that order, so its cost is linear in the number of steps; the last
-conditional is the parameter block, whose R gives the marginal information of theta
-(R^T R, the information form of gtsam's ``Marginals`` on that key, exact for the linear
-system).  Damping ``lambda ||delta||^2`` is added on every variable when a step raises the
-cost.
+system in that order, so its cost is linear in the number of steps.  By default gtsam
+eliminates every step (sequentially, with its default Cholesky on each front) and leaves the
+factors on theta alone: their Hessian is theta's marginal information (the Schur complement
+of the whole system onto theta, what gtsam's ``Marginals`` returns for that key, exact for the
+linear system), a small dense system solved by numpy and handed back to the Bayes net for the
+back-substitution.  (Eliminating theta inside gtsam too, as the root of the Bayes tree, trips
+gtsam's indefinite-pivot check on long recordings although the information is positive
+definite.)  Should a Cholesky still meet an indefinite pivot, sequential QR of the whole
+system (theta last; its last conditional's R^T R is the information) serves the rest of the
+solve.  Damping ``lambda ||delta||^2`` is added on every variable when a step raises the cost.
 """
 from __future__ import annotations
 
@@ -31,11 +36,43 @@ __all__ = ["JointStats", "optimize_joint", "parameter_information"]
 @dataclass
 class JointStats(SolverStats):
     """:class:`~mbfg.solvers.batch.SolverStats` of the joint solve, plus ``reason``: why it
-    stopped."""
+    stopped, and ``elimination``: the method of the last solve (``"cholesky"`` or ``"qr"``)."""
     reason: str = ""
+    elimination: str = ""
 
 
-def _solve(lin, ordering, lam, problem, Xs, theta):
+def _eliminate(lin, problem, method):
+    """Solve the linear system ``lin``: ``(delta, information of theta or None)``.
+
+    ``"cholesky"``: gtsam's sequential elimination of every step (its default, Cholesky on
+    the steps' fronts) leaves the factors on theta alone; their Hessian is theta's marginal
+    information (p, p), solved by a dense Cholesky (numpy) and handed back to the Bayes net
+    as theta's conditional, whose back-substitution gives every step.  ``"qr"``: sequential
+    QR of the whole system, theta last; its last conditional's R^T R is the information.
+    A Cholesky that meets an indefinite pivot raises RuntimeError (the caller falls back to
+    QR)."""
+    p, tk = problem.p, problem.theta_key
+    if method == "qr":
+        bn = lin.eliminateSequential(gtsam.Ordering(problem.ordering()), gtsam.EliminateQR)
+        return bn.optimize(), (parameter_information(bn, p) if p else None)
+    steps = gtsam.Ordering([k for ks in problem.keys for k in ks])
+    if not p:
+        return lin.eliminateSequential(steps).optimize(), None
+    bn, rest = lin.eliminatePartialSequential(steps)
+    H, eta = rest.hessian()  # theta's marginal information and information vector
+    H = 0.5 * (np.asarray(H, float) + np.asarray(H, float).T)
+    try:
+        Lc = np.linalg.cholesky(H)
+    except np.linalg.LinAlgError:
+        raise RuntimeError("theta's marginal information is not positive definite") from None
+    dtheta = np.linalg.solve(Lc.T, np.linalg.solve(Lc, np.asarray(eta, float)))
+    root = gtsam.GaussianFactorGraph()
+    root.add(tk, Lc.T, Lc.T @ dtheta, unit_noise(p))
+    bn.push_back(root.eliminateSequential(gtsam.Ordering([tk]), gtsam.EliminateQR))
+    return bn.optimize(), H
+
+
+def _solve(lin, lam, problem, Xs, theta, method="cholesky"):
     if lam > 0.0:
         damped = gtsam.GaussianFactorGraph()
         damped.push_back(lin)
@@ -48,8 +85,14 @@ def _solve(lin, ordering, lam, problem, Xs, theta):
             p = problem.p
             damped.add(problem.theta_key, np.sqrt(lam) * np.eye(p), np.zeros(p), unit_noise(p))
         lin = damped
-    bn = lin.eliminateSequential(ordering, gtsam.EliminateQR)
-    return bn.optimize(), bn
+    try:
+        delta, info = _eliminate(lin, problem, method)
+    except RuntimeError:  # an indefinite pivot in Cholesky: QR tells a singular system
+        if method == "qr":
+            raise
+        method = "qr"
+        delta, info = _eliminate(lin, problem, method)
+    return delta, info, method
 
 
 def _update(problem, Xs, theta, delta):
@@ -58,8 +101,14 @@ def _update(problem, Xs, theta, delta):
     return new, th
 
 
-def parameter_information(bn: gtsam.GaussianBayesNet, p: int) -> np.ndarray:
-    """R^T R (p, p) of the last conditional of a Bayes net eliminated with theta last."""
+def parameter_information(bn: gtsam.GaussianBayesNet | gtsam.GaussianBayesTree, p: int,
+                          key: int | None = None) -> np.ndarray:
+    """The marginal information (p, p) of theta, eliminated last: R^T R of the last
+    conditional of a Bayes net, or gtsam's marginal information of ``key`` in the root clique
+    of a Bayes tree."""
+    if isinstance(bn, gtsam.GaussianBayesTree):
+        info = np.asarray(bn.marginalInformation(key), float)
+        return 0.5 * (info + info.T)
     c = bn.at(bn.size() - 1)
     R = np.asarray(c.R(), float)
     if R.shape != (p, p):  # pragma: no cover - theta is always the last frontal
@@ -77,6 +126,8 @@ def optimize_joint(
     initial_lambda: float = 1e-6,
     watchdog: int = 2,
     progress: Callable | None = None,
+    method: str = "cholesky",
+    information: bool = True,
 ) -> tuple:
     """Minimize ``problem.error`` over the step arrays ``Xs`` and ``theta``.
 
@@ -85,41 +136,56 @@ def optimize_joint(
     p = 0).  An undamped step that raises the cost is still taken up to ``watchdog`` times in
     a row (tight constraint rows make long steps leave the manifold to second order and the
     next step returns); if that does not reach a new best point, the best point is restored
-    and damping used from there.  Never raises on non-convergence: ``stats.converged`` and ``stats.reason`` say
-    what happened (the caller decides)."""
+    and damping used from there.  A trial point is linearized at once, so an accepted step's
+    system is built once.  ``method``: ``"cholesky"`` (the steps by gtsam's default
+    elimination, theta's small dense system by numpy, see :func:`_eliminate`; an indefinite
+    pivot falls back to QR, which then serves the rest of the call; ``stats.elimination``
+    says which one solved last) or ``"qr"`` (sequential QR of everything: slower, but only
+    the square root of the system's conditioning).  ``information=False`` returns no
+    information (an intermediate stage: saves the elimination at the final point when the
+    last one was damped).  Never raises on non-convergence: ``stats.converged`` and
+    ``stats.reason`` say what happened (the caller decides)."""
     t0 = time.perf_counter()
     Xs = [np.array(X, float) for X in Xs]
     theta = np.array(theta, float)
-    ordering = gtsam.Ordering(problem.ordering())
     lin, err = problem.linearize(Xs, theta)
     stats = JointStats(initial_error=err)
     stats.history.append(err)
     lam = 0.0
-    bn = None
+    bn = None  # theta's information of the last undamped solve at the best point
     best = (Xs, theta, err, lin)
     trial = 0  # consecutive undamped steps taken although they raised the cost
     while stats.iterations < max_iterations:
         stats.iterations += 1
         try:
-            delta, bn_try = _solve(lin, ordering, lam, problem, Xs, theta)
+            delta, bn_try, method = _solve(lin, lam, problem, Xs, theta, method)
             predicted = float(lin.error(delta))
-            Ys, th = _update(problem, Xs, theta, delta)
-            new_err = problem.error(Ys, th)
         except RuntimeError:  # indeterminant system: damp
-            new_err = predicted = np.inf
-        if progress is not None:
-            progress(stats.iterations, max_iterations, f"cost {min(best[2], new_err):.6e}")
-        if lam == 0.0 and trial == 0 and err - predicted <= relative_tolerance * err:
+            predicted = np.inf
+        if (lam == 0.0 and trial == 0 and np.isfinite(predicted)
+                and err - predicted <= relative_tolerance * err):
+            if progress is not None:
+                progress(stats.iterations, max_iterations, f"cost {best[2]:.6e}")
             stats.converged, stats.reason = True, "the Gauss-Newton model predicts no decrease"
             bn = bn_try
             break
+        new_err = np.inf
+        if np.isfinite(predicted):
+            # the trial point is linearized at once: when it is accepted (most steps) that is
+            # the next iteration's system, evaluated once
+            Ys, th = _update(problem, Xs, theta, delta)
+            try:
+                lin_new, new_err = problem.linearize(Ys, th)
+            except (RuntimeError, FloatingPointError, np.linalg.LinAlgError):
+                new_err = np.inf
+        if progress is not None:
+            progress(stats.iterations, max_iterations, f"cost {min(best[2], new_err):.6e}")
         if np.isfinite(new_err) and new_err <= best[2]:
             decrease = best[2] - new_err
-            Xs, theta, err = Ys, th, new_err
+            Xs, theta, err, lin = Ys, th, new_err, lin_new
             stats.history.append(err)
             lam = 0.0 if lam <= initial_lambda else lam / 10.0
             trial = 0
-            lin, err = problem.linearize(Xs, theta)
             best = (Xs, theta, err, lin)
             if decrease <= relative_tolerance * err:
                 stats.converged, stats.reason = True, "relative decrease below tolerance"
@@ -129,8 +195,7 @@ def optimize_joint(
             # tight constraint rows make a long step leave the manifold to second order; the
             # next undamped step returns to it: take it and judge it by the next one
             trial += 1
-            Xs, theta = Ys, th
-            lin, err = problem.linearize(Xs, theta)
+            Xs, theta, err, lin = Ys, th, new_err, lin_new
             continue
         if trial:  # the watchdog steps did not pay off: back to the best point, damped
             Xs, theta, err, lin = best
@@ -147,10 +212,15 @@ def optimize_joint(
     if bn is not None and trial:
         bn = None
     info = None
-    if problem.p:
+    if problem.p and information:
         if bn is None:  # information at the final point (undamped)
-            bn = lin.eliminateSequential(ordering, gtsam.EliminateQR)
-        info = parameter_information(bn, problem.p)
+            try:
+                bn = _eliminate(lin, problem, method)[1]
+            except RuntimeError:
+                method = "qr"
+                bn = _eliminate(lin, problem, method)[1]
+        info = bn
     stats.final_error = err
+    stats.elimination = method
     stats.seconds = time.perf_counter() - t0
     return Xs, theta, stats, info
