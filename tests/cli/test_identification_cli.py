@@ -112,3 +112,71 @@ def test_identified_yaml_of_a_bundled_mechanism_name():
     again = mbfg.mechanism_from_yaml(text)
     assert again.spec.bodies[1].mass == 2.5
     assert again.spec.bodies[0].mass == mech.spec.bodies[0].mass
+
+
+PAYLOAD = "payload:\n  - {body: 1, mass: 2.0, cog: [4.2, -0.1], inertia: 0.5}\n"
+"""2 kg on the coupler at its own centre of mass: the loaded coupler has m = 9.5 and
+I0 = 170 + 0.5 + 2 |c|^2."""
+
+
+def test_identify_with_a_payload_recording(files, capsys):
+    """--payload K:FILE adds a known payload to the K-th recording's dynamics: a recording of
+    the loaded mechanism then gives the unloaded coupler's mass and K."""
+    d = files
+    I0 = 170 + 0.5 + 2.0 * (4.2 ** 2 + 0.1 ** 2)
+    (d / "loaded.yaml").write_text(MOTOR_FOURBAR.replace("mass: 7.5, I0: 170",
+                                                         f"mass: 9.5, I0: {I0!r}"))
+    (d / "payload.yaml").write_text(PAYLOAD)
+    code = main(["synthesize", str(d / "loaded.yaml"), "--sensors", str(d / "s_true.yaml"),
+                 "--inputs", str(d / "u2.txt"), "--t-end", "3", "--dt", "0.005",
+                 "--seed", "3", "--out", str(d / "r_loaded.txt")])
+    assert code == 0
+    capsys.readouterr()
+    code = main(["identify", str(d / "guess.yaml"), "--sensors", str(d / "s_guess.yaml"),
+                 "--readings", str(d / "r1.txt"), str(d / "r_loaded.txt"),
+                 "--inputs", str(d / "u1.txt"), str(d / "u2.txt"),
+                 "--payload", f"2:{d / 'payload.yaml'}",
+                 "--parameters", "planar_bodies[1].mass,planar_bodies[1].I0,motors[0].gain,"
+                                 "sensors[1].bias",
+                 "--out", str(d / "res_payload.json"), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    values = {p["name"]: p["value"]
+              for p in json.loads((d / "res_payload.json").read_text())["parameters"]}
+    assert abs(values["planar_bodies[1].mass"] - 7.5) < 0.02 * 7.5
+    assert abs(values["motors[0].gain"] - 5.0) < 0.02 * 5.0
+    # mbfg validate --payload: the loaded recording is predicted with its payload
+    costs = []
+    for extra in (["--payload", str(d / "payload.yaml")], []):
+        code = main(["validate", str(d / "guess.yaml"), "--sensors", str(d / "s_guess.yaml"),
+                     "--readings", str(d / "r_loaded.txt"), "--inputs", str(d / "u2.txt"),
+                     "--result", str(d / "res_payload.json")] + extra)
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        costs.append(float(out.split("cost per reading")[1].split()[0]))
+    assert costs[0] < 2.0 and costs[1] > 3.0 * costs[0]
+
+
+@pytest.mark.parametrize("payload,text,msg", [
+    ("{file}", None, "--payload"),
+    ("3:{file}", None, "recording 3 does not exist"),
+    ("1:{dir}/nope.yaml", None, "file not found"),
+    ("1:{file}", "payload:\n  - {body: 1, mass: -2.0, cog: [0, 0]}\n", "payload[0].mass"),
+    ("1:{file}", "payload:\n  - {body: 7, mass: 2.0, cog: [0, 0]}\n", "payload[0].body"),
+    ("1:{file}", "payload:\n  - {body: 1, mass: 2.0, cog: [0]}\n", "payload[0].cog"),
+    ("1:{file}", "payload:\n  - {body: 1, mass: 2.0, cog: [0, 0], mas: 1}\n", "unknown key"),
+    ("1:{file}", "masses: []\n", "'payload'"),
+])
+def test_bad_payload_is_one_line_exit_2(files, tmp_path, capsys, payload, text, msg):
+    d = files
+    f = tmp_path / "p.yaml"
+    f.write_text(text if text is not None else PAYLOAD)
+    code = main(["identify", str(d / "guess.yaml"), "--sensors", str(d / "s_guess.yaml"),
+                 "--readings", str(d / "r1.txt"), "--inputs", str(d / "u1.txt"),
+                 "--parameters", "gravity", "--payload",
+                 payload.format(file=f, dir=tmp_path), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert msg in err and len(err.strip().splitlines()) == 1
+    if "{file}" in payload and text is not None:
+        assert str(f) in err

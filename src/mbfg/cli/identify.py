@@ -1,11 +1,14 @@
 """The ``identify`` and ``validate`` sub-commands of the ``mbfg`` CLI (docs/identification.md).
 
 ``mbfg identify MECH.yaml --sensors S.yaml --readings R1.txt [R2.txt ...] [--inputs U1.txt
-[U2.txt ...]] --parameters NAMES [--out result.json] [--report report.md] [--write-yaml
-identified.yaml] [--validate HELDOUT.txt [--validate-inputs U.txt]]``
+[U2.txt ...]] [--payload K:P.yaml ...] --parameters NAMES [--out result.json] [--report
+report.md] [--write-yaml identified.yaml] [--validate HELDOUT.txt [--validate-inputs U.txt]]``
+
+``--payload K:P.yaml`` attaches the known payload of the YAML file ``P.yaml`` to the K-th
+(1-based) ``--readings`` recording (:func:`read_payload`).
 
 ``mbfg validate MECH.yaml --sensors S.yaml --readings HELDOUT.txt [--inputs U.txt]
-[--result result.json] [--out steps.csv]``: the states of a held-out recording with the
+[--payload P.yaml] [--result result.json] [--out steps.csv]``: the states of a held-out recording with the
 parameters fixed (at the values of ``--result``, else the YAML's), and its residual per step.
 """
 from __future__ import annotations
@@ -24,7 +27,13 @@ if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
     from mbfg.model.sensors import SensorSet
 
-__all__ = ["register", "cmd_identify", "cmd_validate", "read_recording", "identified_yaml"]
+__all__ = ["register", "cmd_identify", "cmd_validate", "read_recording", "identified_yaml",
+           "read_payload", "PAYLOAD_HELP"]
+
+PAYLOAD_HELP = ("K:FILE.yaml: the known payload of the K-th --readings recording (1-based), "
+                "a YAML file 'payload: [{body: i, mass: kg, cog: [x, y] m (body frame), "
+                "inertia: kg m^2 about its centre (default 0)}, ...]'; repeat for other "
+                "recordings")
 
 
 def read_recording(path: str, sensors: SensorSet, mech: Mechanism, inputs: str | None) -> tuple:
@@ -44,6 +53,88 @@ def read_recording(path: str, sensors: SensorSet, mech: Mechanism, inputs: str |
         raise UsageError(f"{mech.source or 'the mechanism'} has motors: give their recorded "
                          f"inputs for {path} with --inputs")
     return Recording(tuple(readings), int(t.size), float(dt), u, name=str(path)), t
+
+
+def read_payload(path: str, mech: Mechanism) -> tuple:
+    """The payload of a recording (see :class:`mbfg.graphs.identification.Recording`) from the
+    YAML file ``path``::
+
+        payload:
+          - {body: 1, mass: 2.0, cog: [1.2, 0.1], inertia: 0.05}
+
+    ``body`` a ``planar_bodies`` index, ``mass`` [kg] > 0, ``cog`` [m] its centre of mass in
+    the body's frame (as the mechanism YAML's ``cog``), ``inertia`` [kg m^2] >= 0 its moment
+    of inertia about that centre (default 0: a point mass).  Errors are
+    :class:`~mbfg.errors.SchemaError` naming the file, the YAML path and what was expected."""
+    import yaml
+
+    from mbfg.errors import SchemaError, YamlSyntaxError
+    from mbfg.loader import read_yaml_text
+    try:
+        data = yaml.safe_load(read_yaml_text(path, "payload"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise YamlSyntaxError(f"invalid YAML ({getattr(e, 'problem', None) or e})", file=path,
+                              line=mark.line + 1 if mark else None) from None
+    if not isinstance(data, dict) or set(data) != {"payload"}:
+        raise SchemaError("expected a mapping with the one key 'payload'", file=path)
+    items = data["payload"]
+    if not isinstance(items, list) or not items:
+        raise SchemaError("expected a non-empty list of {body, mass, cog, inertia}", file=path,
+                          path="payload")
+    n_bodies = len(mech.spec.bodies)
+    out = []
+    for i, item in enumerate(items):
+        where = f"payload[{i}]"
+        if not isinstance(item, dict):
+            raise SchemaError("expected a mapping {body, mass, cog, inertia}", file=path,
+                              path=where)
+        unknown = set(item) - {"body", "mass", "cog", "inertia"}
+        if unknown:
+            raise SchemaError(f"unknown key {sorted(unknown)[0]!r}; expected body, mass, cog, "
+                              f"inertia", file=path, path=where)
+        for key in ("body", "mass", "cog"):
+            if key not in item:
+                raise SchemaError(f"missing '{key}'", file=path, path=where)
+        b = item["body"]
+        if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < n_bodies:
+            raise SchemaError(f"expected a planar_bodies index 0..{n_bodies - 1}, got {b!r}",
+                              file=path, path=f"{where}.body")
+
+        def number(key, value, positive=False):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not np.isfinite(value) or value < 0 or (positive and value == 0):
+                raise SchemaError(f"expected a {'positive' if positive else 'non-negative'} "
+                                  f"number, got {value!r}", file=path, path=f"{where}.{key}")
+            return float(value)
+        m = number("mass", item["mass"], positive=True)
+        c = item["cog"]
+        if not (isinstance(c, list) and len(c) == 2
+                and all(not isinstance(x, bool) and isinstance(x, (int, float))
+                        and np.isfinite(x) for x in c)):
+            raise SchemaError(f"expected [x, y] (two finite numbers, m), got {c!r}", file=path,
+                              path=f"{where}.cog")
+        out.append((b, m, (float(c[0]), float(c[1])), number("inertia", item.get("inertia", 0.0))))
+    return tuple(out)
+
+
+def _payloads(specs: list, n_recordings: int, mech: Mechanism) -> list:
+    """One payload tuple per recording from the ``--payload K:FILE`` options."""
+    out = [() for _ in range(n_recordings)]
+    for spec in specs or []:
+        k, sep, path = str(spec).partition(":")
+        if not sep or not k.strip().isdigit() or not path:
+            raise UsageError(f"--payload {spec}: expected K:FILE.yaml, K the 1-based position of "
+                             f"the recording among the --readings files")
+        k = int(k)
+        if not 1 <= k <= n_recordings:
+            raise UsageError(f"--payload {spec}: recording {k} does not exist; expected 1.."
+                             f"{n_recordings} (one per --readings file)")
+        if out[k - 1]:
+            raise UsageError(f"--payload {spec}: recording {k} already has a payload; expected "
+                             f"one --payload per recording (list several masses in its file)")
+        out[k - 1] = read_payload(path, mech)
+    return out
 
 
 def _number(x: float) -> float:
@@ -121,6 +212,8 @@ def _validation_lines(res, path: str, training: float | None) -> list:
 
 def cmd_identify(args: argparse.Namespace) -> int:
     """Identify physical parameters from one or more recordings."""
+    import dataclasses
+
     import mbfg
     from mbfg.progress import ProgressBar
     _check_suffix(args.out, "--out", (".json",))
@@ -131,7 +224,9 @@ def cmd_identify(args: argparse.Namespace) -> int:
     if inputs and len(inputs) != len(args.readings):
         raise UsageError(f"--inputs: {len(inputs)} files for {len(args.readings)} --readings "
                          f"files; expected one inputs file per recording")
-    recs = [read_recording(r, sensors, mech, inputs[i] if inputs else None)[0]
+    payloads = _payloads(getattr(args, "payload", None), len(args.readings), mech)
+    recs = [dataclasses.replace(read_recording(r, sensors, mech, inputs[i] if inputs else None)[0],
+                                payload=payloads[i])
             for i, r in enumerate(args.readings)]
     settings = _settings(args)
     bar = ProgressBar("identify", enabled=False if args.quiet else None)
@@ -156,6 +251,8 @@ def cmd_identify(args: argparse.Namespace) -> int:
     report = res.report()
     if args.validate:
         rec, _ = read_recording(args.validate, sensors, mech, args.validate_inputs)
+        if args.validate_payload:
+            rec = dataclasses.replace(rec, payload=read_payload(args.validate_payload, mech))
         val = mbfg.cross_validate(mech, sensors, rec, res, settings=settings)
         lines = _validation_lines(val, args.validate, float(np.mean(res.costs)))
         print("\n".join(lines))
@@ -183,15 +280,18 @@ def _result_from_json(path: str) -> dict:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """States of a held-out recording with fixed parameters; residual per step."""
+    import dataclasses
+
     import mbfg
     _check_suffix(args.out, "--out", (".csv", ".json"))
     mech, sensors = _load(args)
     result = _result_from_json(args.result) if args.result else None
     rec, t = read_recording(args.readings, sensors, mech, args.inputs)
+    if args.payload:
+        rec = dataclasses.replace(rec, payload=read_payload(args.payload, mech))
     val = mbfg.cross_validate(mech, sensors, rec, result, settings=_settings(args))
     print("\n".join(_validation_lines(val, args.readings, None)))
     if args.out:
-        import dataclasses
         print(f"saved:     {dataclasses.replace(val, t=t).save(args.out)}")
     return 0
 
@@ -207,6 +307,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(rows 't value...', nan = no reading); they share the parameters")
     p.add_argument("--inputs", nargs="+", help="the motors' inputs of each recording (rows "
                    "'t u1 ... uk'), one file per --readings file")
+    p.add_argument("--payload", action="append", metavar="K:FILE.yaml", help=PAYLOAD_HELP)
     p.add_argument("--parameters", required=True, help=f"comma-separated names: {NAME_HELP}")
     p.add_argument("--out", help="save the result (.json)")
     p.add_argument("--report", help="write a Markdown report (.md)")
@@ -214,6 +315,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--validate", help="a held-out readings file: estimate its states with the "
                    "identified parameters fixed and report its residual")
     p.add_argument("--validate-inputs", help="the motors' inputs of --validate")
+    p.add_argument("--validate-payload", metavar="FILE.yaml", help="the known payload of "
+                   "--validate (a payload YAML file, as --payload)")
     p.add_argument("--max-iterations", type=int, help="Levenberg-Marquardt iterations per "
                    "stage (default 20)")
     p.add_argument("--dynamics-sigma", type=float, help="process noise of the dynamics "
@@ -227,6 +330,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--sensors", required=True, help="sensors YAML file (docs/sensors.md)")
     v.add_argument("--readings", required=True, help="the held-out readings file")
     v.add_argument("--inputs", help="the motors' inputs of the recording (rows 't u1 ... uk')")
+    v.add_argument("--payload", metavar="FILE.yaml", help="the known payload of the recording "
+                   "(a YAML file 'payload: [{body, mass, cog, inertia}, ...]', as for identify)")
     v.add_argument("--result", help="an 'mbfg identify --out' result (.json); default: the "
                    "YAML's values")
     v.add_argument("--out", help="save the residual per step (.csv or .json)")
