@@ -1,6 +1,6 @@
-"""Long runs on mechanisms nobody tuned on: does the default ``mbfg.simulate`` (fixed-lag
-smoother, window 2, dependent coordinates, dt = 1 ms) reach the end of a long horizon on one
-generated mechanism of every family, and how much energy does it drift?
+"""Long runs on mechanisms nobody tuned on: does ``mbfg.simulate`` (by default the fixed-lag
+smoother, window 2, dependent coordinates; any mode by option; dt = 1 ms) reach the end of a
+long horizon on one generated mechanism of every family, and how much energy does it drift?
 
 For each mechanism (``mbfg.testing.random_mechanisms(count, seed)``, seed 77 by default,
 never used for tuning), released from rest under gravity for ``--t-end`` seconds, in its own
@@ -13,6 +13,7 @@ process (separate memory peaks):
 * max |Phi_i| / scale_i over the run (distance to the manifold relative to the size).
 
     python benchmarks/long_runs.py [--t-end 100] [--count 17] [--seed 77] [--jobs 1]
+        [--solver smoother|batch] [--coords dependent|independent] [--window 2]
 """
 from __future__ import annotations
 
@@ -37,12 +38,13 @@ from mbfg.model.scales import constraint_scales
 from mbfg.testing import random_mechanisms
 
 count, seed, i, t_end = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+solver, coords, window = sys.argv[5], sys.argv[6], int(sys.argv[7])
 gen = random_mechanisms(count, seed)[i]
 mech = gen.load()
 t0 = time.perf_counter()
 status, res = "finished", None
 try:
-    res = mbfg.simulate(mech, t_end, 1e-3)
+    res = mbfg.simulate(mech, t_end, 1e-3, solver=solver, coords=coords, window=window)
 except MbfgError as exc:
     status = f"{type(exc).__name__} at t = {getattr(exc, 'time', float('nan')):.3g} s"
     res = getattr(exc, "partial", None)
@@ -62,7 +64,8 @@ print(json.dumps(out))
 
 def run_one(args, i):
     proc = subprocess.run([sys.executable, "-c", WORKER, str(args.count), str(args.seed), str(i),
-                           str(args.t_end)], capture_output=True, text=True)
+                           str(args.t_end), args.solver, args.coords, str(args.window)],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         return {"name": f"#{i}", "family": "?", "status": proc.stderr.strip().splitlines()[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -74,9 +77,13 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=17)
     ap.add_argument("--seed", type=int, default=77)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--solver", choices=("smoother", "batch"), default="smoother")
+    ap.add_argument("--coords", choices=("dependent", "independent"), default="dependent")
+    ap.add_argument("--window", type=int, default=2, help="smoother window")
     args = ap.parse_args(argv)
     print(machine_info())
-    print(f"default mbfg.simulate (smoother, window 2, dependent), dt = 1 ms, {args.t_end:g} s; "
+    print(f"mbfg.simulate ({args.solver}{f', window {args.window}' if args.solver == 'smoother' else ''}, "
+          f"{args.coords}), dt = 1 ms, {args.t_end:g} s; "
           f"random_mechanisms({args.count}, seed={args.seed})\n")
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         rows = list(pool.map(lambda i: run_one(args, i), range(args.count)))
