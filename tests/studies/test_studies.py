@@ -17,6 +17,8 @@ from mbfg.errors import MbfgError, SchemaError, YamlSyntaxError
 from mbfg.studies import load_study, parse_study, study_from_dict, sweep
 from mbfg.studies import runner
 
+from conftest import MOTOR_FOURBAR
+
 # tiny cases: 0.1 s of forward dynamics; a coupler of 5 kg has I0 < m |c|^2, so it fails
 SIMULATE = textwrap.dedent("""\
     study: tiny
@@ -126,6 +128,14 @@ def test_noise_seeds_same_rows_on_two_workers():
     assert a.column("smoothed_pos_rmse")[2] is not None
 
 
+def test_longest_cases_are_submitted_first():
+    s = parse_study("mechanism: pendulum1\nrun: {kind: simulate, dt: 0.01}\nvary:\n  grid:\n"
+                    "    run.t_end: [0.05, 0.2, 0.1]\nseeds: 2\n", "s.yaml")
+    groups = runner._submission_groups(s, list(s.cases))
+    assert [p for p, _ in groups] == [3, 2, 1]
+    assert [[c.index for c in g] for _, g in groups] == [[2, 3], [4, 5], [0, 1]]
+
+
 def test_resume_after_an_interruption(study, serial, cluster, tmp_path):
     out = tmp_path / "r.csv"
     sweep(study, scheduler="serial", out=out)
@@ -211,6 +221,46 @@ def test_inverse_kind_reads_the_trajectory_once(tmp_path):
     assert res.study.cases[0].settings_dict["trajectory_t"][-1] == pytest.approx(0.2)
 
 
+# identification on the motor four-bar: 2 recordings of 0.5 s (the second carries a known
+# payload), motor gain, coupler mass and gyroscope bias from a start 0.2 off in the chart
+IDENTIFY = {
+    "study": "ident", "mechanism": "motor-fourbar.yaml",
+    "run": {"kind": "identify", "t_end": 0.5, "dt": 0.01, "sensors": "encoder-gyro",
+            "recordings": 2, "payload": [{"body": 1, "mass": 2.0, "cog": [3.0, 0.2], "I_G": 0.5}],
+            "parameters": ["motors[0].gain", "planar_bodies[1].mass", "sensors[1].bias"]},
+    "sensor_sets": {"encoder-gyro": [
+        {"type": "encoder", "coordinate": "theta0", "sigma_deg": 0.05},
+        {"type": "gyroscope", "body": 1, "sigma": 0.005, "bias": 0.02}]},
+    "seeds": 2,
+}
+
+
+def test_identify_kind_same_rows_on_two_workers(cluster, tmp_path):
+    (tmp_path / "motor-fourbar.yaml").write_text(MOTOR_FOURBAR)
+    s = study_from_dict(IDENTIFY, base_dir=tmp_path)
+    per_parameter = [f"{m}({n})" for n in ("motors[0].gain", "planar_bodies[1].mass",
+                                           "sensors[1].bias") for m in ("rel_error", "rel_std")]
+    assert s.metrics[-6:] == tuple(per_parameter) and "max_z" in s.metrics
+    assert s.timing_columns == ("seconds", "wall_s", "worker")
+    a = sweep(s, scheduler="serial", keep_arrays=tmp_path / "arrays")
+    b = sweep(s, scheduler=cluster, progress=False)
+    assert a.failed == 0 and a.deterministic_rows() == b.deterministic_rows()
+    for row in a.rows:
+        assert row["converged"] is True and 0 < row["iterations"] <= 40
+        assert abs(row["rel_error(motors[0].gain)"]) < 4 * row["rel_std(motors[0].gain)"]
+        assert row["max_z"] < 4 and row["max_rel_std"] > 0
+    assert a.column("rel_error(planar_bodies[1].mass)")[0] != \
+        a.column("rel_error(planar_bodies[1].mass)")[1]  # the seed changes the readings
+    with np.load(tmp_path / "arrays" / f"{a.rows[0]['case']}.npz") as z:
+        assert list(z["names"]) == ["motors[0].gain", "planar_bodies[1].mass", "sensors[1].bias"]
+        np.testing.assert_allclose(z["true"], [5.0, 7.5, 0.02])
+        assert np.all(z["start"] != z["true"])
+    # a chosen metric of one parameter only
+    one = study_from_dict({**IDENTIFY, "metrics": ["rel_error(planar_bodies[1].mass)"]},
+                          base_dir=tmp_path)
+    assert one.metrics == ("rel_error(planar_bodies[1].mass)",)
+
+
 BAD = {
     "syntax": ("mechanism: fourbar\nrun: {kind: simulate\n", YamlSyntaxError, "bad.yaml:"),
     "no run": ("mechanism: fourbar\n", SchemaError, "missing required key 'run'"),
@@ -235,6 +285,35 @@ BAD = {
     "seeds": ("mechanism: fourbar\nrun: {kind: simulate}\nseeds: 0\n", SchemaError, "seeds"),
     "trajectory": ("mechanism: fourbar-crank-angle\nrun: {kind: inverse, trajectory: no.txt, "
                    "imposed: theta0}\n", SchemaError, "trajectory"),
+    "identify without parameters": ("mechanism: fourbar-review\nrun: {kind: identify, sensors: s}\n"
+                                    "sensor_sets:\n  s: [{type: encoder, coordinate: theta0, "
+                                    "sigma: 0.01}]\n", SchemaError,
+                                    "run.parameters: missing required setting 'parameters'"),
+    "identify parameter": ("mechanism: fourbar-review\nrun:\n  kind: identify\n  sensors: s\n"
+                           "  parameters: planar_bodies[1].mass, motors[0].gain\nsensor_sets:\n"
+                           "  s: [{type: encoder, coordinate: theta0, sigma: 0.01}]\n", SchemaError,
+                           "bad.yaml:5: run.parameters: parameter 'motors[0].gain': "
+                           "motor index 0 out of range"),
+    "identify bias": ("mechanism: fourbar-review\nrun:\n  kind: identify\n  sensors: s\n"
+                      "  parameters: sensors[0].bias\nsensor_sets:\n"
+                      "  s: [{type: encoder, coordinate: theta0, sigma: 0.01}]\n", SchemaError,
+                      "only gyroscopes have one"),
+    "identify payload": ("mechanism: fourbar-review\nrun:\n  kind: identify\n  sensors: s\n"
+                         "  parameters: planar_bodies[1].mass\n  payload: [{body: 1, mass: 2, "
+                         "cog: [0, 0], I_G: 0.1}]\nsensor_sets:\n"
+                         "  s: [{type: encoder, coordinate: theta0, sigma: 0.01}]\n", SchemaError,
+                         "bad.yaml:6: run.payload: the payload is carried in the "
+                         "recordings after the first"),
+    "identify excitation": ("mechanism: fourbar-review\nrun:\n  kind: identify\n  sensors: s\n"
+                            "  parameters: planar_bodies[1].mass\n  excitation: {amplitudes: [1],"
+                            " frequencies: [0]}\nsensor_sets:\n  s: [{type: encoder, coordinate: "
+                            "theta0, sigma: 0.01}]\n", SchemaError,
+                            "run.excitation: expected a positive finite number, got 0"),
+    "identify metric": ("mechanism: fourbar-review\nrun:\n  kind: identify\n  sensors: s\n"
+                        "  parameters: planar_bodies[1].mass\nsensor_sets:\n  s: [{type: encoder,"
+                        " coordinate: theta0, sigma: 0.01}]\nmetrics:\n"
+                        "  - rel_error(planar_bodies[1].I0)\n", SchemaError,
+                        "did you mean 'rel_error(planar_bodies[1].mass)'"),
 }
 
 

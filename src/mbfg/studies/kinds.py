@@ -9,11 +9,13 @@ checked completely before any case runs and the result table has fixed columns.
 Built in: ``simulate`` (forward dynamics, optionally against a tight reference), ``inverse``
 (inverse dynamics along a prescribed trajectory), ``estimate``
 (the three-simulation set-up: an accurate prototype, synthesized sensor readings with the
-case's seed, an estimator on a model that may differ).  Adding a kind is one call of
-:func:`register_kind`; e.g. an identification driver::
+case's seed, an estimator on a model that may differ), ``identify`` (true motions of the
+case's mechanism, recordings synthesized with the case's seed, :func:`mbfg.identify` of named
+parameters from a perturbed start; one error and one standard deviation column per
+parameter).  Adding a kind is one call of :func:`register_kind`; e.g.::
 
-    register_kind("identify", _identify_case, settings={"t_end": Setting(10.0, positive)},
-                  metrics=("mass_error", "ms_per_step"), timing=("ms_per_step",))
+    register_kind("settle", _settle_case, settings={"t_end": Setting(10.0, positive)},
+                  metrics=("settling_time", "ms_per_step"), timing=("ms_per_step",))
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Setting", "RunKind", "KINDS", "register_kind", "run_kind", "CaseOutput",
            "positive", "non_negative", "integer_at_least", "one_of", "boolean", "text",
-           "number_mapping", "SIMULATE_METRICS", "ESTIMATE_METRICS", "INVERSE_METRICS"]
+           "number_mapping", "warm_up", "SIMULATE_METRICS", "ESTIMATE_METRICS",
+           "INVERSE_METRICS", "IDENTIFY_METRICS"]
 
 
 # ------------------------------------------------------------------------- setting checkers
@@ -155,8 +158,16 @@ class RunKind:
         The metrics that are wall-clock measurements (they differ between runs).
     prepare : callable(settings, context) -> settings, optional
         Resolves settings that name files or shared definitions into their text (so a case
-        is self-contained) and checks them against the mechanism; raises ValueError.
+        is self-contained) and checks them against the mechanism; raises ValueError (a
+        message that starts with ``"<setting>: "`` is reported at that setting's line).
     description : str
+    metrics_of : callable(settings) -> tuple of str, optional
+        Metrics that depend on the (prepared) settings, after ``metrics`` in the table
+        (``identify``: one error and one standard deviation per identified parameter).
+    cost : callable(settings) -> float, optional
+        The expected relative cost of a case with these (prepared) settings, e.g. its steps:
+        a sweep on Dask submits the expensive cases first (a shorter tail); it never changes
+        a row.
     """
     name: str
     function: Callable[[Case], CaseOutput]
@@ -165,6 +176,8 @@ class RunKind:
     timing: tuple = ()
     prepare: Callable[[dict, Any], dict] | None = None
     description: str = ""
+    metrics_of: Callable[[dict], tuple] | None = None
+    cost: Callable[[dict], float] | None = None
 
 
 KINDS: dict[str, RunKind] = {}
@@ -180,10 +193,12 @@ def register_kind(
     timing: tuple = (),
     prepare: Callable[[dict, Any], dict] | None = None,
     description: str = "",
+    metrics_of: Callable[[dict], tuple] | None = None,
+    cost: Callable[[dict], float] | None = None,
 ) -> RunKind:
     """Add (or replace) the run kind ``name`` (see :class:`RunKind`)."""
     kind = RunKind(str(name), function, dict(settings), tuple(metrics), tuple(timing), prepare,
-                   description)
+                   description, metrics_of, cost)
     KINDS[kind.name] = kind
     return kind
 
@@ -194,6 +209,26 @@ def run_kind(name: str) -> RunKind:
     if name not in KINDS:
         raise UsageError(f"unknown run kind {name!r}; expected one of {', '.join(sorted(KINDS))}")
     return KINDS[name]
+
+
+_WARM_MODULES = ("gtsam", "scipy.integrate", "mbfg.loader", "mbfg.model.integrate",
+                 "mbfg.drivers.forward_dynamics", "mbfg.drivers.inverse_dynamics",
+                 "mbfg.drivers.identification", "mbfg.estimation.registry",
+                 "mbfg.benchmarking.estimation_review")
+"""What the built-in kinds import (lazily, so that reading a study stays quick)."""
+
+
+def warm_up() -> None:
+    """Import what the built-in kinds' cases import: a Dask worker does it once as it starts
+    (the preload ``mbfg.studies.warmup``) rather than in its first case."""
+    import importlib
+    for name in _WARM_MODULES:
+        importlib.import_module(name)
+
+
+def _steps(settings: dict) -> float:
+    """Expected cost of a case: its time steps."""
+    return settings["t_end"] / settings["dt"]
 
 
 # ------------------------------------------------------------------------ shared helpers
@@ -303,7 +338,7 @@ register_kind(
         "reference": Setting(False, boolean, "also compare with a DOP853 reference and the "
                              "trapezoidal floors (rmse_points, error_ratio, ...)"),
     },
-    metrics=SIMULATE_METRICS, timing=("seconds", "ms_per_step"),
+    metrics=SIMULATE_METRICS, timing=("seconds", "ms_per_step"), cost=_steps,
     description="forward dynamics from the assembled q0 at rest (mbfg.simulate)")
 
 
@@ -321,22 +356,14 @@ def _prepare_estimate(settings: dict, context: Any) -> dict:
     """Resolve the sensor set into its YAML text; check the estimator, the coordinate and the
     model overrides against the mechanism."""
     from mbfg.estimation.registry import estimator
-    from mbfg.loader import parse_sensors
     from mbfg.model.parameters import apply_overrides
     s = dict(settings)
     try:
         s["method"] = estimator(s["method"]).name
     except UsageError as e:
         raise ValueError(f"method: {e}") from None
-    name = s["sensors"]
-    yaml_text, source = context.sensor_set(name)
     mech = context.base_mechanism()
-    from mbfg.errors import MbfgError
-    try:
-        parse_sensors(yaml_text, mech, source=source)
-    except MbfgError as e:
-        raise ValueError(f"sensors {name!r}: {e}") from None
-    s["sensors_yaml"] = yaml_text
+    s["sensors_yaml"], _ = _sensor_set(s["sensors"], context)
     names = mech.coordinate_names
     if s["coordinate"] not in names:
         raise ValueError(f"coordinate: {s['coordinate']!r} is not a coordinate of the mechanism; "
@@ -350,6 +377,19 @@ def _prepare_estimate(settings: dict, context: Any) -> dict:
     except UsageError as e:
         raise ValueError(f"model_overrides: {e}") from None
     return s
+
+
+def _sensor_set(name: str, context: Any) -> tuple:
+    """(YAML text, SensorSet on the first mechanism) of the study's sensor set ``name`` (or a
+    sensors YAML file); ValueError naming the setting ``sensors`` otherwise."""
+    from mbfg.errors import MbfgError
+    from mbfg.loader import parse_sensors
+    yaml_text, source = context.sensor_set(name)
+    try:
+        sensors = parse_sensors(yaml_text, context.base_mechanism(), source=source)
+    except MbfgError as e:
+        raise ValueError(f"sensors: sensor set {name!r}: {e}") from None
+    return yaml_text, sensors
 
 
 def _prototype_motion(text: str, overrides: tuple, t_end: float, dt: float) -> tuple:
@@ -411,7 +451,7 @@ register_kind(
         "coordinate": Setting("theta0", text, "coordinate whose errors are the metrics"),
         "after": Setting(2.0, non_negative, "the *_after metrics skip the first seconds"),
     },
-    metrics=ESTIMATE_METRICS, timing=("ms_per_step",), prepare=_prepare_estimate,
+    metrics=ESTIMATE_METRICS, timing=("ms_per_step",), prepare=_prepare_estimate, cost=_steps,
     description="three-simulation estimation: accurate prototype, synthesized readings "
                 "(case seed), an estimator on the model")
 
@@ -507,4 +547,226 @@ register_kind(
         "integrator": Setting("trapezoidal", one_of("trapezoidal", "euler"), "integrator"),
     },
     metrics=INVERSE_METRICS, timing=("seconds", "ms_per_step"), prepare=_prepare_inverse,
+    cost=lambda settings: float(len(settings["trajectory_t"])),
     description="inverse dynamics: forces that make the imposed coordinates follow a trajectory")
+
+
+# ------------------------------------------------------------------------------ identify
+IDENTIFY_METRICS = ("converged", "iterations", "final_iterations", "max_rel_error",
+                    "max_rel_std", "max_z", "cost", "null_directions", "seconds")
+"""Metrics of ``identify``: whether Levenberg-Marquardt converged; its iterations (all stages
+of the continuation, and the final stage); over the identified parameters the largest
+|value - true| / |true|, std / |true| and |value - true| / std (parameters whose true value is
+0 count in ``max_z`` only); the training cost per reading (about 1 when the model fits the
+noise); the number of null directions (combinations the data do not see); the wall time of
+``mbfg.identify`` [s] (timing).  Then, per identified parameter p (canonical name), the
+columns ``rel_error(p)`` = (value - true) / |true| (signed) and ``rel_std(p)`` = std / |true|
+(blank when the true value is 0)."""
+
+EXCITATION_AMPLITUDES = (2.0, 1.5, 0.8, 0.4)
+"""Default amplitudes of the motors' multi-harmonic input [the motor's input unit, e.g. V]
+(those of benchmarks/identification.py)."""
+EXCITATION_FREQUENCIES_HZ = (0.2, 0.7, 1.6, 3.1)
+"""Default frequencies of the motors' multi-harmonic input [Hz]."""
+TRUTH_TOLERANCE = 1e-10
+"""rtol = atol of the DOP853 run of the true motion (dimensionless: the integrator's relative
+and absolute tolerances on the states in the mechanism's units)."""
+_PHASE_STEP = (np.sqrt(5.0) - 1.0) / 2.0
+"""Golden-ratio step of the excitation phases (in turns): every recording, motor and
+harmonic gets its own phase, the same in every run."""
+
+
+def _excitation(value: Any) -> dict:
+    """{amplitudes: [...], frequencies: [...]} of equal lengths (frequencies > 0, in Hz)."""
+    if not isinstance(value, Mapping) or set(value) != {"amplitudes", "frequencies"}:
+        raise ValueError(f"expected {{amplitudes: [a1, ...], frequencies: [f1, ...] (Hz)}}, got "
+                         f"{value!r}")
+    amps, freqs = value["amplitudes"], value["frequencies"]
+    ok = (isinstance(amps, (list, tuple)) and isinstance(freqs, (list, tuple)) and amps
+          and len(amps) == len(freqs))
+    if not ok:
+        raise ValueError(f"expected amplitudes and frequencies as two non-empty lists of equal "
+                         f"length, got {value!r}")
+    amps = [float(non_negative(a)) for a in amps]
+    freqs = [float(positive(f)) for f in freqs]
+    return {"amplitudes": amps, "frequencies": freqs}
+
+
+def _payload(value: Any) -> list:
+    """A list of {body, mass, cog, I_G}: [[body, mass, [c_x, c_y], I_G], ...]."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of {{body, mass, cog, I_G}}, got {value!r}")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping) or set(item) != {"body", "mass", "cog", "I_G"}:
+            raise ValueError(f"payload[{i}]: expected {{body, mass, cog: [c_x, c_y], I_G}}, got "
+                             f"{item!r}")
+        cog = item["cog"]
+        if not isinstance(cog, (list, tuple)) or len(cog) != 2:
+            raise ValueError(f"payload[{i}].cog: expected a pair [c_x, c_y], got {cog!r}")
+        try:
+            body = integer_at_least(0)(item["body"])
+            mass, IG = positive(item["mass"]), non_negative(item["I_G"])
+            c = [float(x) for x in number_mapping({"x": cog[0], "y": cog[1]}).values()]
+        except ValueError as e:
+            raise ValueError(f"payload[{i}]: {e}") from None
+        out.append([body, mass, c, IG])
+    return out
+
+
+def _optional_iterations(value: Any) -> int | None:
+    return None if value is None else integer_at_least(1)(value)
+
+
+def _prepare_identify(settings: dict, context: Any) -> dict:
+    """Resolve the sensor set into its YAML text; expand the parameter names (canonical,
+    comma-separated) and check them, and the payload, against the first mechanism."""
+    from mbfg.graphs.identification import payload_vector
+    from mbfg.model.identification import parameter_set
+    s = dict(settings)
+    mech = context.base_mechanism()
+    s["sensors_yaml"], sensors = _sensor_set(s["sensors"], context)
+    try:
+        s["parameters"] = ",".join(parameter_set(mech, s["parameters"], sensors).names)
+    except UsageError as e:
+        raise ValueError(f"parameters: {e}") from None
+    if s["payload"] and s["recordings"] < 2:
+        raise ValueError("payload: the payload is carried in the recordings after the first, "
+                         "so it needs recordings >= 2 (one recording cannot separate the "
+                         "common scale it reveals); expected recordings: 2 or no payload")
+    try:
+        payload_vector(mech, tuple(tuple(p) for p in s["payload"]))
+    except UsageError as e:
+        raise ValueError(f"payload: {e}") from None
+    return s
+
+
+def _identify_metrics(settings: dict) -> tuple:
+    names = settings["parameters"].split(",")
+    return tuple(f"{m}({n})" for n in names for m in ("rel_error", "rel_std"))
+
+
+def _motor_inputs(n_motors: int, excitation: dict, recording: int) -> Callable | None:
+    """u(t) (k,) of recording ``recording``: per motor a sum of sines, phases distinct per
+    recording, motor and harmonic; None without motors."""
+    if not n_motors:
+        return None
+    amps = np.asarray(excitation["amplitudes"], float)
+    omega = 2.0 * np.pi * np.asarray(excitation["frequencies"], float)
+    h = len(amps)
+    index = np.arange(n_motors * h).reshape(n_motors, h) + n_motors * h * recording + 1
+    phases = 2.0 * np.pi * np.mod(index * _PHASE_STEP, 1.0)
+
+    def u(t):
+        return np.sum(amps * np.sin(omega * t + phases), axis=1)
+    return u
+
+
+def _true_motion(text: str, overrides: tuple, t_end: float, dt: float, excitation: dict,
+                 payload: tuple, recording: int) -> tuple:
+    """(mechanism, t, q, qd, qdd, inputs) of the true motion of one recording (the case's
+    mechanism carrying ``payload``), cached per process by these inputs."""
+    from mbfg.graphs.identification import payload_vector
+    from mbfg.model.integrate import integrate_reference
+    from mbfg.model.parameters import parameter_vector
+    from mbfg.studies.spec import build_case_mechanism
+
+    def compute():
+        mech = build_case_mechanism(text, None, overrides)
+        if payload:
+            mech = mech.with_parameters(parameter_vector(mech) + payload_vector(mech, payload))
+        u = _motor_inputs(len(mech.spec.motors), excitation, recording)
+        ref = integrate_reference(mech, t_end, dt, inputs=u, rtol=TRUTH_TOLERANCE,
+                                  atol=TRUTH_TOLERANCE)
+        U = None if u is None else np.stack([u(t) for t in ref.t])
+        return mech, ref.t, ref.q, ref.qd, ref.qdd, U
+    key = ("identify", text, overrides, t_end, dt, tuple(excitation["amplitudes"]),
+           tuple(excitation["frequencies"]), payload, recording)
+    return _cached(key, compute)
+
+
+def _identify_case(case: Case) -> CaseOutput:
+    from mbfg.drivers.identification import identify
+    from mbfg.graphs.identification import IdentificationSettings, Recording
+    from mbfg.loader import parse_sensors
+    from mbfg.model.identification import parameter_set
+
+    s = case.settings_dict
+    truth = case.mechanism()
+    sensors = parse_sensors(s["sensors_yaml"], truth)
+    rng = np.random.default_rng(case.seed)
+    payload = tuple((b, m, tuple(c), IG) for b, m, c, IG in s["payload"])
+    recordings = []
+    for r in range(s["recordings"]):
+        carried = payload if r > 0 else ()
+        mech, t, q, qd, qdd, U = _true_motion(case.mechanism_text, case.overrides, s["t_end"],
+                                              s["dt"], s["excitation"], carried, r)
+        readings = sensors.synthesize(mech, t, q, qd, qdd, rng=rng)
+        recordings.append(Recording(tuple(readings), len(t), s["dt"], U,
+                                    name=f"recording {r}", payload=carried))
+    names = s["parameters"]
+    params = parameter_set(truth, names, sensors)
+    true = params.nominal
+    signs = np.where(np.arange(params.size) % 2 == 0, 1.0, -1.0)
+    start, start_sensors = params.apply(s["perturbation"] * signs)
+    t0 = time.perf_counter()
+    settings = IdentificationSettings()
+    if s["max_iterations"] is not None:
+        settings = IdentificationSettings(max_iterations=s["max_iterations"])
+    res = identify(start, start_sensors, recordings, names, settings=settings)
+    seconds = time.perf_counter() - t0
+    values, std = np.asarray(res.values, float), np.asarray(res.std, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(true != 0, np.abs(true), np.nan)
+        rel_error, rel_std = (values - true) / scale, std / scale
+        z = np.abs(values - true) / std
+
+    def largest(x):
+        x = x[np.isfinite(x)]
+        return float(np.max(np.abs(x))) if x.size else float("nan")
+    m = dict(converged=bool(res.converged), iterations=int(res.stats.iterations),
+             final_iterations=int(res.stats["final_iterations"]),
+             max_rel_error=largest(rel_error), max_rel_std=largest(rel_std), max_z=largest(z),
+             cost=float(np.mean(res.costs)),
+             null_directions=int(np.sum(~np.asarray(res.identifiable, bool))), seconds=seconds)
+    for n, e, d in zip(res.names, rel_error, rel_std):
+        m[f"rel_error({n})"] = float(e) if np.isfinite(e) else None
+        m[f"rel_std({n})"] = float(d) if np.isfinite(d) else None
+    arrays = {"names": np.array(res.names), "values": values, "std": std, "true": true,
+              "start": params.values(s["perturbation"] * signs),
+              "theta": np.asarray(res.theta, float), "correlation": np.asarray(res.correlation),
+              "spectrum": np.asarray(res.spectrum), "identifiable": np.asarray(res.identifiable),
+              "costs": np.asarray(res.costs, float)}
+    return CaseOutput(m, arrays)
+
+
+register_kind(
+    "identify", _identify_case,
+    settings={
+        "t_end": Setting(4.0, positive, "duration of each recording [s]"),
+        "dt": Setting(0.005, positive, "time step of the readings and the identification [s]"),
+        "sensors": Setting(None, text, "a name in sensor_sets, or a sensors YAML file",
+                           required=True),
+        "parameters": Setting(None, _names, "parameter names (docs/identification.md), e.g. "
+                              "[planar_bodies[1].mass, sensors[1].bias]", required=True),
+        "perturbation": Setting(0.2, non_negative, "start of the identification: the true "
+                                "values moved by this much in the unit-free chart, alternating "
+                                "signs (0.2: masses x1.22 / x0.82, centres 0.2 body lengths)"),
+        "recordings": Setting(1, integer_at_least(1), "recordings (each its own noise and, "
+                              "with motors, its own input phases)"),
+        "excitation": Setting({"amplitudes": list(EXCITATION_AMPLITUDES),
+                               "frequencies": list(EXCITATION_FREQUENCIES_HZ)}, _excitation,
+                              "the motors' inputs: {amplitudes: [...] (input units), "
+                              "frequencies: [...] (Hz)}, a sum of sines per motor"),
+        "payload": Setting([], _payload, "known masses carried in the recordings after the "
+                           "first: [{body, mass, cog: [c_x, c_y], I_G}]"),
+        "max_iterations": Setting(None, _optional_iterations, "Levenberg-Marquardt "
+                                  "iterations per stage at most (default: "
+                                  "IdentificationSettings')"),
+    },
+    metrics=IDENTIFY_METRICS, timing=("seconds",), prepare=_prepare_identify,
+    metrics_of=_identify_metrics, cost=lambda settings: settings["recordings"] * _steps(settings),
+    description="identification: true motions of the case's mechanism, recordings synthesized "
+                "(case seed), mbfg.identify from a perturbed start")

@@ -359,7 +359,6 @@ class _StudyParser:
                                f"(expected {setting.doc}, in run or varied as run.{sname})",
                                f"run.{sname}")
         seeds = self.seeds(data.get("seeds", 1))
-        metrics = self.metrics(data.get("metrics"), kind, labels)
 
         context = _Context(sensor_sets, self.base_dir, (mechs[0][1], mechs[0][0]))
         prepared: dict = {}
@@ -379,7 +378,7 @@ class _StudyParser:
                     try:
                         prepared[skey] = kind.prepare(dict(case_settings), context)
                     except (ValueError, MbfgError) as e:
-                        raise self.err(str(e), "run") from None
+                        raise self.err(*_prepare_error(str(e), run, labels)) from None
                 else:
                     prepared[skey] = case_settings
             ready = tuple(sorted(prepared[skey].items()))
@@ -388,6 +387,11 @@ class _StudyParser:
                                                        seed), kind.name, label, text,
                                   tuple(overrides), ready, seed,
                                   tuple((c, values[c]) for c in labels)))
+        extra: dict = {}
+        if kind.metrics_of is not None:
+            for ready in prepared.values():
+                extra.update(dict.fromkeys(kind.metrics_of(ready)))
+        metrics = self.metrics(data.get("metrics"), kind, labels, tuple(extra))
         keys = [c.key for c in cases]
         if len(set(keys)) != len(keys):
             dup = next(k for k in keys if keys.count(k) > 1)
@@ -550,23 +554,37 @@ class _StudyParser:
             raise self.err("expected a non-empty list of distinct seeds", "seeds")
         return list(items)
 
-    def metrics(self, value: Any, kind: RunKind, labels: list) -> list:
+    def metrics(self, value: Any, kind: RunKind, labels: list, extra: tuple = ()) -> list:
+        """The kept metrics: ``value`` checked against the kind's (and ``extra``, the ones
+        that depend on the settings), or all of them."""
+        known = tuple(kind.metrics) + tuple(m for m in extra if m not in kind.metrics)
         if value is None:
-            out = list(kind.metrics)
+            out = list(known)
         else:
             from mbfg.loader import _closest
             out = self.L.sequence(value, "metrics", "metric names")
             for i, m in enumerate(out):
-                if m not in kind.metrics:
+                if m not in known:
                     raise self.err(f"unknown metric {m!r} of run kind {kind.name}"
-                                   f"{_closest(str(m), kind.metrics)}; expected some of "
-                                   f"{', '.join(kind.metrics)}", f"metrics[{i}]")
+                                   f"{_closest(str(m), known)}; expected some of "
+                                   f"{', '.join(known)}", f"metrics[{i}]")
             if not out or len(set(out)) != len(out):
                 raise self.err("expected a non-empty list of distinct metrics", "metrics")
         clash = [m for m in out if m in labels]
         if clash:
             raise self.err(f"metric {clash[0]!r} has the name of a varied value", "metrics")
         return out
+
+
+def _prepare_error(message: str, run: dict, labels: list) -> tuple:
+    """(message, YAML path) of a ``prepare`` error: a message ``"<setting>: ..."`` is reported
+    at ``run.<setting>`` (without the prefix) when the setting is given in ``run``, at
+    ``vary`` when it is varied; any other at ``run``."""
+    name, _, rest = message.partition(":")
+    name = name.strip()
+    if rest and name in run and name != "kind":
+        return rest.strip(), f"run.{name}"
+    return message, "vary" if rest and name in labels else "run"
 
 
 def _current(spec: MechanismSpec, key: str) -> Any:
