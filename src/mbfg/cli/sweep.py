@@ -57,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("sweep", help="run a study (Monte-Carlo runs, parameter sweeps) "
                        "serially or on Dask; see docs/studies.md")
     s.add_argument("study", help="study YAML file (docs/studies.md), or the name of a bundled "
-                   "example study (fourbar-mass-sweep, fourbar-estimation, robustness)")
+                   "example study (fourbar-mass-sweep, fourbar-estimation, "
+                   "fourbar-identification, robustness)")
     s.add_argument("--scheduler", default="local",
                    help="'local' (a Dask LocalCluster on this machine, the default), 'serial', "
                         "or the address of a running Dask scheduler (tcp://host:8786)")

@@ -30,14 +30,37 @@ from mbfg.studies.table import (CsvAppender, cell, parquet_available, read_csv, 
 if TYPE_CHECKING:
     from mbfg.studies.spec import Case
 
-__all__ = ["sweep", "run_case", "SweepResult", "dask_available", "SERIAL_NOTICE",
-           "CONNECT_TIMEOUT"]
+__all__ = ["sweep", "run_case", "SweepResult", "dask_available", "local_cluster",
+           "WORKER_CONFIG", "WARM_UP_PRELOAD", "SERIAL_NOTICE", "CONNECT_TIMEOUT"]
 
 SERIAL_NOTICE = ("dask.distributed is not installed (pip install \"mbfg[cluster]\"), so the "
                  "{n} cases run serially in this process")
 CONNECT_TIMEOUT = "20s"
 """How long to wait for an existing Dask scheduler."""
 _ERROR_LENGTH = 400
+
+WORKER_CONFIG = {
+    # Dask's statistical profiler: every 10 ms the worker's event loop takes the GIL from the
+    # running case and walks its stack (for the dashboard's profile page)
+    "distributed.worker.profile.enabled": False,
+    # the event loop's watchdog (default every 20 ms): a GIL hand-off each time
+    "distributed.admin.tick.interval": "500ms",
+    # the CPU/memory samples of the dashboard (default every 500 ms)
+    "distributed.admin.system-monitor.interval": "2s",
+    # the nanny's check of the worker's memory limit (default every 100 ms)
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+"""Dask settings of the clusters a sweep starts (:func:`local_cluster`): Dask's own periodic
+bookkeeping made rarer.  With the defaults an idle 2-worker LocalCluster used 66 ms of CPU per
+second (scheduler, nannies and workers; 12 ms with these), and a busy worker 3-6 % more CPU
+than the case it ran (0.2-0.4 % with these): time the cases lost on a machine whose cores
+are all busy (docs/benchmarks.md).  The cases' results do not depend on any of it.  For workers started by hand, the same as
+environment variables: ``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False`` and so on
+(docs/studies.md)."""
+WARM_UP_PRELOAD = "mbfg.studies.warmup"
+"""Dask worker preload (``dask worker --preload mbfg.studies.warmup``): imports what the run
+kinds need (:func:`mbfg.studies.kinds.warm_up`) when the worker starts, not in its first
+case."""
 
 
 def dask_available() -> bool:
@@ -184,11 +207,39 @@ def _save_arrays(directory: Path, key: str, arrays: dict) -> None:
     os.replace(tmp, directory / f"{key}.npz")
 
 
+def local_cluster(workers: int | None = None, **kwargs: Any) -> Any:
+    """The Dask ``LocalCluster`` a sweep starts: ``workers`` single-threaded worker processes
+    (default: the cores) that import mbfg when they start (:data:`WARM_UP_PRELOAD`), with
+    Dask's bookkeeping made rarer (:data:`WORKER_CONFIG`).  ``kwargs`` go to LocalCluster.
+    Pass its ``scheduler_address`` to :func:`sweep`, or let ``sweep`` start one."""
+    import dask
+    from distributed import LocalCluster
+    options = dict(n_workers=workers, threads_per_worker=1, processes=True,
+                   dashboard_address=":0", silence_logs=logging.ERROR,
+                   preload=[WARM_UP_PRELOAD])
+    options.update(kwargs)
+    with dask.config.set(WORKER_CONFIG):  # read when the scheduler and workers are made
+        return LocalCluster(**options)
+
+
+def _submission_groups(study: Study, todo: list) -> list:
+    """(priority, cases) groups of ``todo``, the most expensive first (the kind's expected
+    cost of the settings; equal costs keep case order): the longest cases start first, so
+    the last ones to finish are short and no worker waits long for the others."""
+    cost = study.kind.cost
+    if cost is None:
+        return [(0, list(todo))]
+    groups: dict = {}
+    for case in todo:
+        groups.setdefault(float(cost(case.settings_dict)), []).append(case)
+    ranked = sorted(groups, reverse=True)
+    return [(len(ranked) - i, groups[c]) for i, c in enumerate(ranked)]
+
+
 def _dask_client(scheduler: str, workers: int | None) -> tuple:
-    from distributed import Client, LocalCluster
+    from distributed import Client
     if scheduler == "local":
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=":0", silence_logs=logging.ERROR)
+        cluster = local_cluster(workers)
         return Client(cluster), cluster
     try:
         return Client(scheduler, timeout=CONNECT_TIMEOUT), None
@@ -329,8 +380,11 @@ def sweep(
             from distributed import as_completed
             token = uuid.uuid4().hex[:8]  # this sweep's tasks, whatever else the scheduler runs
             by_key = {f"mbfg-case-{c.key}-{token}": c for c in todo}
-            futures = client.map(run_case, todo, metrics=metrics, keep_arrays=keep,
-                                 key=list(by_key), pure=False)
+            futures = []
+            for priority, group in _submission_groups(study, todo):
+                futures += client.map(run_case, group, metrics=metrics, keep_arrays=keep,
+                                      key=[f"mbfg-case-{c.key}-{token}" for c in group],
+                                      priority=priority, pure=False)
             for fut in as_completed(futures):
                 case = by_key[fut.key]
                 try:
