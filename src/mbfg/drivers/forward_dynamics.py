@@ -149,10 +149,14 @@ def _solve_segment(problem, p, start, stop, dt, links):
         if change.size:  # end the segment before its coordinates degrade
             stop = start + max(1, int(change[0]) - 1)
             q, v, a = q[:stop - start + 1], v[:stop - start + 1], a[:stop - start + 1]
-    plan = seg.link_plan(seg.pack(q, v, a)[1:], None if links is None else links[-1])
+    X0 = seg.pack(q, v, a)
+    if "lam" in seg.layout.names:  # the multipliers that balance the guess (Eq. 5)
+        X0[:, seg.layout.slice("lam")] = D.multipliers(
+            mech, q, v, a, seg.applied_forces(np.arange(start, stop + 1)))
+    plan = seg.link_plan(X0[1:], None if links is None else links[-1])
     steps = np.arange(start, stop + 1)
     with np.errstate(over="ignore", invalid="ignore"):  # a diverging trial step is rejected
-        Xs, st = optimize(seg.terms(steps, p["q"], p["v"], plan), seg.pack(q, v, a),
+        Xs, st = optimize(seg.terms(steps, p["q"], p["v"], plan), X0,
                           seg.layout.keys(steps), step_scale=seg.step_scale,
                           step_tolerance=seg.settings.step_tolerance,
                           what=f"batch forward dynamics (steps {start}-{stop})")
