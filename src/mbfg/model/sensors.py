@@ -502,16 +502,17 @@ class SensorSet(tuple):
         q: ArrayLike,
         qd: ArrayLike | None = None,
         qdd: ArrayLike | None = None,
-        rng: np.random.Generator | None = None,
+        rng: np.random.Generator | int | None = None,
     ) -> list:
         """Simulated noisy readings along a trajectory.
 
         ``t`` (T,) time grid [s] and ``q, qd, qdd`` (T, n) the states at those times.  Sensor
         ``s`` reads at steps ``0, s.period, 2 s.period, ...``; each reading gets independent
-        Gaussian noise of standard deviation ``s.sigma``.  Returns one :class:`Readings`
-        ``(steps, values)`` per sensor, in order.
+        Gaussian noise of standard deviation ``s.sigma``, drawn from ``rng`` (a generator, or
+        an int seed; None: fresh entropy, so the readings differ from call to call).  Returns
+        one :class:`Readings` ``(steps, values)`` per sensor, in order.
         """
-        rng = np.random.default_rng() if rng is None else rng
+        rng = np.random.default_rng(rng)
         T = np.asarray(t).shape[0]
         q = np.asarray(q, float)
         if q.shape[0] != T:
