@@ -62,13 +62,19 @@ class DynamicsJacobians:
     d_Q: np.ndarray
 
 
-def _applied(mech, Q, q, qd):
+def _applied(mech, Q, q, qd, jacobians=False):
     """Every generalized force of Eq. (4) at (q, qdot), shape of q: gravity, the applied
-    ``Q`` and the mechanism's own friction (:mod:`mbfg.model.nonconservative`)."""
+    ``Q`` and the mechanism's own friction (:mod:`mbfg.model.nonconservative`).  With
+    ``jacobians``: (forces, dQ_f/dq, dQ_f/dqdot), the derivatives None without friction."""
     out = mech.gravity_forces() if Q is None else mech.gravity_forces() + np.asarray(Q, float)
-    if mech.friction_elements:
+    d_q = d_qd = None
+    if mech.friction_elements and jacobians:
+        Qf, d_q, d_qd = friction_force_jacobians(mech, q, qd)
+        out = out + Qf
+    elif mech.friction_elements:
         out = out + friction_forces(mech, q, qd)
-    return np.broadcast_to(out, q.shape)
+    out = np.broadcast_to(out, q.shape)
+    return (out, d_q, d_qd) if jacobians else out
 
 
 def _kkt(mech, J):
@@ -167,11 +173,9 @@ def forward_dynamics_jacobians(
     rows, J, c = _rhs_c(mech, q, qd, baumgarte, Jall=Jall, Jdot=Jdot_all)
     mr = rows.shape[-1]
     K = _kkt(mech, J)
-    Qt = mech.gravity_forces() if Q is None else mech.gravity_forces() + np.asarray(Q, float)
-    if mech.friction_elements:  # Q_f(q, qdot) and its derivatives enter the right-hand side
-        Qf, dQf_dq, dQf_dqd = friction_force_jacobians(mech, q, qd)
-        Qt = Qt + Qf
-    rhs = np.concatenate([np.broadcast_to(Qt, q.shape), c], axis=-1)
+    # Q_f(q, qdot) and its derivatives enter the right-hand side
+    Qt, dQf_dq, dQf_dqd = _applied(mech, Q, q, qd, jacobians=True)
+    rhs = np.concatenate([Qt, c], axis=-1)
     sol = np.linalg.solve(K, rhs[..., None])[..., 0]
     qdd, lam_r = sol[..., :n], sol[..., n:]
 
@@ -247,10 +251,8 @@ def equations_of_motion(
     qdd, lam = np.asarray(qdd, float), np.asarray(lam, float)
     J = C.constraint_jacobian(mech, q) if J is None else J
     M = mech.mass_matrix()
-    dQf_dq = dQf_dqd = None
-    if jacobians and mech.friction_elements:
-        _, dQf_dq, dQf_dqd = friction_force_jacobians(mech, q, qd)
-    Qt = _applied(mech, Q, q, qd)
+    Qt, dQf_dq, dQf_dqd = _applied(mech, Q, q, qd, jacobians=True) if jacobians else (
+        _applied(mech, Q, q, qd), None, None)
     e = mech.mass_times(qdd) + np.einsum("...kn,...k->...n", J, lam) - Qt
     if not jacobians:
         return EquationsOfMotion(e, None, None, None, None)
