@@ -431,6 +431,11 @@ def _estimate_case(case: Case) -> CaseOutput:
     return CaseOutput(m, arrays)
 
 
+_SENSORS_SETTING = Setting(None, text, "a name in sensor_sets, or a sensors YAML file",
+                          required=True)
+"""The ``sensors`` setting of the kinds that synthesize readings (estimate, identify)."""
+
+
 def _optional_window(value: Any) -> int | None:
     return None if value is None else integer_at_least(1)(value)
 
@@ -440,8 +445,7 @@ register_kind(
     settings={
         "t_end": Setting(10.0, positive, "duration of the prototype's run [s]"),
         "dt": Setting(0.005, positive, "time step of the readings and the estimator [s]"),
-        "sensors": Setting(None, text, "a name in sensor_sets, or a sensors YAML file",
-                           required=True),
+        "sensors": _SENSORS_SETTING,
         "method": Setting("fg-online", text, "estimator name (mbfg.estimation.ESTIMATORS)"),
         "window": Setting(None, _optional_window, "smoother window (default: the estimator's)"),
         "model_overrides": Setting({}, number_mapping, "overrides applied to the estimator's "
@@ -747,8 +751,7 @@ register_kind(
     settings={
         "t_end": Setting(4.0, positive, "duration of each recording [s]"),
         "dt": Setting(0.005, positive, "time step of the readings and the identification [s]"),
-        "sensors": Setting(None, text, "a name in sensor_sets, or a sensors YAML file",
-                           required=True),
+        "sensors": _SENSORS_SETTING,
         "parameters": Setting(None, _names, "parameter names (docs/identification.md), e.g. "
                               "[planar_bodies[1].mass, sensors[1].bias]", required=True),
         "perturbation": Setting(0.2, non_negative, "start of the identification: the true "
