@@ -70,8 +70,11 @@ def simulate_batch(
     checks it) but working memory that does not grow with the horizon.  ``segment=None``
     solves the whole horizon as one graph.  Each segment starts from an explicit propagation
     projected onto the constraints (:func:`explicit_guess`); a segment whose estimate is too
-    far off for Gauss-Newton is retried in a quarter of the length (``stats["retries"]``),
-    and the length grows back after each success.
+    far off for Gauss-Newton (the explicit estimate drifts from the implicit solution
+    exponentially on fast or chaotic motion) is retried in a quarter of the length
+    (``stats["retries"]``); the length grows back after each success, up to half the
+    shortest length that failed.  A segment gets ``SEGMENT_ITERATIONS`` Gauss-Newton
+    iterations before it counts as failed.
 
     ``forces``: None, (n,) or callable t -> (n,), applied generalized forces besides gravity
     [N, N m] (:mod:`mbfg.model.forces`).  ``inputs``: the motors' inputs (k,) or t -> (k,)
@@ -99,7 +102,7 @@ def simulate_batch(
     X = np.empty((N + 1, problem.layout.dim))
     X[0] = problem.pack(q0, qd0, problem.initial_accelerations(q0, qd0))
     iterations, switches, links, retries = 0, [], None, 0
-    start, length = 0, size
+    start, length, cap = 0, size, size
     while start < N:
         stop = min(N, start + length)
         p = problem.layout.unpack(X[start])
@@ -107,7 +110,9 @@ def simulate_batch(
             seg, stop, Xs, seg_links, st = _solve_segment(problem, p, start, stop, dt, links)
         except (MbfgError, np.linalg.LinAlgError) as exc:
             iterations += getattr(exc, "iterations", 0)
-            if stop - start > 1:  # the explicit estimate was too far off: a shorter segment
+            if stop - start > 1:  # the explicit estimate was too far off: a shorter segment,
+                # and no longer ones from now on (the estimate drifts about as fast later)
+                cap = max(1, (stop - start) // 2)
                 length, retries = max(1, (stop - start) // 4), retries + 1
                 continue
             if not isinstance(exc, MbfgError):
@@ -119,8 +124,8 @@ def simulate_batch(
         links = seg_links
         X[start:stop + 1] = problem.pack(*(Xs[:, problem.layout.slice(s)] for s in "qva"))
         iterations += st.iterations
+        length = min(cap, 2 * length)
         start = stop
-        length = min(size, 2 * length)
         if progress:
             progress(stop, N)
     X = _restore_indices(first, X)
@@ -159,6 +164,7 @@ def _solve_segment(problem, p, start, stop, dt, links):
         Xs, st = optimize(seg.terms(steps, p["q"], p["v"], plan), X0,
                           seg.layout.keys(steps), step_scale=seg.step_scale,
                           step_tolerance=seg.settings.step_tolerance,
+                          max_iterations=SEGMENT_ITERATIONS if stop > start + 1 else 50,
                           what=f"batch forward dynamics (steps {start}-{stop})")
     return seg, stop, Xs, plan, st
 
@@ -214,6 +220,12 @@ def refuse_branch_point(mech: Mechanism, q0: ArrayLike) -> None:
             f"the motion of {', '.join(names)} is not determined; start from a configuration "
             f"off the branch point", time=0.0, coordinates=names)
 
+
+SEGMENT_ITERATIONS = 12
+"""Gauss-Newton iterations a batch segment of more than one step gets before it is solved
+again in shorter segments from fresh explicit estimates: a segment from a
+good estimate converges in 3-6, one whose estimate drifted too far stalls (the undamped
+steps overshoot by orders of magnitude), and a shorter one is cheaper than damping it."""
 
 LOCKUP_RATIO = 1e-6
 """Relative smallest singular value of the scaled constraint Jacobian at which a stopped
