@@ -124,7 +124,9 @@ def simulate_batch(
         links = seg_links
         X[start:stop + 1] = problem.pack(*(Xs[:, problem.layout.slice(s)] for s in "qva"))
         iterations += st.iterations
-        length = min(cap, 2 * length)
+        # grow from what was solved: a segment that a change of coordinates cut short says
+        # the next one will not get far either, so its explicit estimate is kept short too
+        length = min(cap, 2 * (stop - start))
         start = stop
         if progress:
             progress(stop, N)
@@ -151,8 +153,8 @@ def _solve_segment(problem, p, start, stop, dt, links):
         part = partition_along(mech, q, problem.scales.coordinates, start=problem.indices)
         seg = problem if tuple(part[0]) == problem.indices else problem.with_indices(part[0])
         change = np.flatnonzero(np.any(part != part[0], axis=1))
-        if change.size:  # end the segment before its coordinates degrade
-            stop = start + max(1, int(change[0]) - 1)
+        if change.size:  # end the segment where the set would change; the next starts with it
+            stop = start + int(change[0])
             q, v, a = q[:stop - start + 1], v[:stop - start + 1], a[:stop - start + 1]
     X0 = seg.pack(q, v, a)
     if "lam" in seg.layout.names:  # the multipliers that balance the guess (Eq. 5)
