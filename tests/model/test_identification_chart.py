@@ -88,6 +88,89 @@ def test_dynamics_parameter_jacobian_matches_finite_differences(setup, seed):
     J = dynamics_parameter_jacobian(m, ps.derivatives(theta), q[None], qd[None], dyn.qdd,
                                     dyn.d_Q, u)[0]
     check_jacobian(qdd, theta, J, name="d qddot/d theta")
+    # with the friction elements' rates already at hand (as the graph passes them)
+    from mbfg.model.identification import friction_terms
+    fr = friction_terms(m, q[None], qd[None], jacobians=False)
+    J2 = dynamics_parameter_jacobian(m, ps.derivatives(theta), q[None], qd[None], dyn.qdd,
+                                     dyn.d_Q, u, friction=fr.rates)[0]
+    np.testing.assert_allclose(J2, J, rtol=1e-13, atol=1e-13 * np.abs(J).max())
+
+
+FRICTION_CASES = {
+    # joints to the ground and between bodies, a slider (its G by the complex step)
+    "quick-return": """
+friction:
+  - {type: joint, bodies: [ground, 0], viscous: 0.02, coulomb: 0.01, width: 0.5}
+  - {type: joint, bodies: [ground, 1], viscous: 0.05}
+  - {type: slider, constraint: 0, viscous: 3.0, coulomb: 0.4, width: 0.2}
+""",
+    "slider-crank": """
+friction:
+  - {type: joint, bodies: [0, 1], viscous: 0.01, coulomb: 0.02, width: 0.5}
+  - {type: slider, constraint: 0, viscous: 2.0, coulomb: 0.5, width: 0.1}
+""",
+}
+
+
+def _friction_mechanism(name):
+    from mbfg.resources import mechanism_path
+    if name == "motor-fourbar":
+        return mbfg.mechanism_from_yaml(MOTOR_FOURBAR)
+    text = mechanism_path(name).read_text(encoding="utf-8") + FRICTION_CASES[name]
+    return mbfg.mechanism_from_yaml(text, f"{name}+friction")
+
+
+@pytest.mark.parametrize("name", ["motor-fourbar", *sorted(FRICTION_CASES)])
+def test_friction_terms_match_finite_differences(name):
+    """The closed-form friction derivatives (joints) and the complex-step ones (sliders) of
+    friction_terms: central differences of the friction forces, and the same values as
+    mbfg.model.nonconservative's complex-step kernel."""
+    from mbfg.model.identification import friction_terms
+    from mbfg.model.nonconservative import (friction_force_jacobians, friction_forces,
+                                            sliding_rates)
+    mech = _friction_mechanism(name)
+    rng = np.random.default_rng(7)
+    states = [random_assembled_state(mech, rng) for _ in range(4)]
+    q = np.stack([st[0] for st in states])
+    qd = np.stack([st[1] for st in states])
+    fr = friction_terms(mech, q, qd)
+    Q, dq, dqd = friction_force_jacobians(mech, q, qd)
+    np.testing.assert_allclose(fr.Q, Q, rtol=1e-13, atol=1e-13 * np.abs(Q).max())
+    np.testing.assert_allclose(fr.d_q, dq, rtol=1e-12, atol=1e-12 * np.abs(dq).max())
+    np.testing.assert_allclose(fr.d_qd, dqd, rtol=1e-12, atol=1e-12 * np.abs(dqd).max())
+    np.testing.assert_allclose(np.stack([s for _, s in fr.rates], axis=1),
+                               sliding_rates(mech, q, qd), rtol=1e-13, atol=1e-13)
+    for k in range(q.shape[0]):
+        check_jacobian(lambda x: friction_forces(mech, x, qd[k]), q[k], fr.d_q[k],
+                       name=f"dQ_f/dq, state {k}")
+        check_jacobian(lambda x: friction_forces(mech, q[k], x), qd[k], fr.d_qd[k],
+                       name=f"dQ_f/dqdot, state {k}")
+    assert np.array_equal(friction_terms(mech, q, qd, jacobians=False).Q, fr.Q)
+
+
+@pytest.mark.parametrize("name", ["motor-fourbar", "quick-return"])
+def test_dynamics_rows_match_finite_differences(name):
+    """dynamics_rows (one KKT inverse, friction from friction_terms): central differences of
+    the forward dynamics in q, qdot and Q, and the values of forward_dynamics_jacobians."""
+    from mbfg.model.identification import dynamics_rows
+    mech = _friction_mechanism(name)
+    rng = np.random.default_rng(8)
+    states = [random_assembled_state(mech, rng) for _ in range(3)]
+    q = np.stack([st[0] for st in states])
+    qd = np.stack([st[1] for st in states])
+    Q = rng.normal(size=q.shape)
+    rows = dynamics_rows(mech, q, qd, Q)
+    ref = forward_dynamics_jacobians(mech, q, qd, Q)
+    for f in ("qdd", "d_q", "d_qd", "d_Q"):
+        a, b = getattr(rows, f), getattr(ref, f)
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12 * np.abs(b).max(), err_msg=f)
+    for k in range(q.shape[0]):
+        check_jacobian(lambda x: forward_dynamics(mech, x, qd[k], Q[k]), q[k], rows.d_q[k],
+                       name=f"d qddot/dq, state {k}")
+        check_jacobian(lambda x: forward_dynamics(mech, q[k], x, Q[k]), qd[k], rows.d_qd[k],
+                       name=f"d qddot/dqdot, state {k}")
+        check_jacobian(lambda x: forward_dynamics(mech, q[k], qd[k], x), Q[k], rows.d_Q[k],
+                       name=f"d qddot/dQ, state {k}")
 
 
 def test_graph_rows_jacobians_match_finite_differences(setup):
@@ -117,7 +200,11 @@ def test_graph_rows_jacobians_match_finite_differences(setup):
             Y[k] = x
             return pb.residuals(0, Y, theta, jacobians=False)[0][k]
         check_jacobian(f_x, X[k], Ax[k], name=f"rows of step {k} / x_k")
-    check_jacobian(lambda t: pb.residuals(0, X, t, jacobians=False)[0], theta, At,
+    # A_t holds theta's blocks of the trailing (dynamics and observation) rows; the
+    # constraint rows before them do not depend on theta
+    rt = At.shape[1]
+    check_jacobian(lambda t: pb.residuals(0, X, t, jacobians=False)[0], theta,
+                   np.concatenate([np.zeros((T, e.shape[1] - rt, ps.size)), At], axis=1),
                    name="rows / theta")
     assert lay.dim == 3 * mech.n
 
@@ -168,19 +255,17 @@ def test_parameter_information_is_the_marginal_of_theta(setup):
     tree = lin.eliminateMultifrontal(order)
     info_tree = parameter_information(tree, ps.size, pb.theta_key)
     np.testing.assert_allclose(info_tree, schur, rtol=1e-6, atol=1e-6 * np.abs(schur).max())
-    # the solver's default (gtsam eliminates the steps, numpy theta's Schur complement) and
-    # its QR fallback: the same information, the same Gauss-Newton step
-    from mbfg.solvers.identification import _eliminate
-    d_c, info_c = _eliminate(lin, pb, "cholesky")
-    d_q, info_q = _eliminate(lin, pb, "qr")
+    # the solver's default (banded Cholesky of the steps, numpy theta's Schur complement) and
+    # its QR fallback (gtsam): the same information, the same Gauss-Newton step
+    from mbfg.solvers.identification import _solve_qr, solve_joint
+    system, _ = pb.linear_system([X], np.zeros(ps.size))
+    d_c, t_c, info_c = solve_joint(system)
+    d_q, t_q, info_q = _solve_qr(system, 0.0, pb)
     for info_m in (info_c, info_q):
         np.testing.assert_allclose(info_m, schur, rtol=1e-6, atol=1e-6 * np.abs(schur).max())
     # (the normal equations square the conditioning: agreement to 1e-5 of the step)
-    np.testing.assert_allclose(d_c.at(pb.theta_key), d_q.at(pb.theta_key), rtol=1e-5,
-                               atol=1e-7 * np.abs(d_q.at(pb.theta_key)).max())
-    for k in pb.keys[0]:
-        np.testing.assert_allclose(d_c.at(k), d_q.at(k), rtol=1e-5,
-                                   atol=1e-7 * np.abs(d_q.at(k)).max())
+    np.testing.assert_allclose(t_c, t_q, rtol=1e-5, atol=1e-7 * np.abs(t_q).max())
+    np.testing.assert_allclose(d_c[0], d_q[0], rtol=1e-5, atol=1e-7 * np.abs(d_q[0]).max())
 
 
 def test_initial_states_follow_the_encoder_on_the_yaml_branch(setup):
@@ -207,3 +292,119 @@ def test_initial_states_follow_the_encoder_on_the_yaml_branch(setup):
         ref[k] = g
     np.testing.assert_allclose(q, ref, atol=1e-3)
     np.testing.assert_allclose(qd[50:-50, 4], 1.65 * np.cos(1.1 * t[50:-50]), atol=1e-2)
+
+
+def test_initial_states_of_several_recordings_are_each_ones_own(setup):
+    """initial_states_many (the recordings' continuations in common solves) gives every
+    recording exactly what initial_states gives it alone; a recording whose readings do not
+    fix the configuration gets None."""
+    from mbfg.model.identification import initial_states, initial_states_many
+    mech, _, _ = setup
+    enc = AngleEncoder(coordinate="theta0", sigma=1e-3)
+    grids, dts = [], []
+    for N, dt, w in ((400, 0.01, 1.1), (250, 0.02, 2.3), (90, 0.01, 0.4)):
+        theta = 2.5 + 1.5 * np.sin(w * np.arange(N) * dt)
+        grids.append([(np.arctan2(np.sin(theta), np.cos(theta))[:, None], np.ones(N, bool))])
+        dts.append(dt)
+    grids.append([(np.zeros((50, 1)), np.zeros(50, bool))])   # no reading at all
+    dts.append(0.01)
+    many = initial_states_many(mech, [enc], grids, dts, cutoff=0.5)
+    assert many[-1] is None
+    for grid, dt, got in zip(grids[:-1], dts, many):
+        for a, b in zip(got, initial_states(mech, [enc], grid, dt, cutoff=0.5)):
+            np.testing.assert_array_equal(a, b)
+
+
+def _two_recordings(ps, mech, sensors, rng, T=5):
+    from mbfg.graphs.identification import Recording
+    recs, firsts = [], []
+    for _ in range(2):
+        states = [random_assembled_state(mech, rng) for _ in range(T)]
+        q, qd = np.stack([s[0] for s in states]), np.stack([s[1] for s in states])
+        qdd = rng.normal(size=q.shape)
+        readings = [(np.arange(T), s.measure(mech, q, qd, qdd) + 0.01) for s in sensors]
+        recs.append(Recording(tuple(readings), T, 0.01, rng.normal(size=(T, 1))))
+        firsts.append((q, qd, qdd))
+    return recs, firsts
+
+
+@pytest.mark.parametrize("free", [True, False])
+def test_banded_elimination_matches_gtsam_qr(setup, free):
+    """The solver's banded Cholesky of two recordings' steps (theta's Schur complement by
+    numpy) against gtsam's sequential QR of the same system as a factor graph: the same
+    undamped and damped steps and theta's information; the system's error of a step is the
+    graph's."""
+    import gtsam
+
+    from mbfg.graphs.identification import IdentificationProblem, IdentificationSettings
+    from mbfg.solvers.identification import _solve_qr, solve_joint
+    mech, sensors, ps = setup
+    rng = np.random.default_rng(11)
+    recs, states = _two_recordings(ps, mech, sensors, rng)
+    motion = {"v": 1.0, "a": 1.0, "j": 1.0, "s": 1.0}
+    # loose rows (a well-conditioned system: the test is of the algebra, not of rounding)
+    settings = IdentificationSettings(constraints=1e-2, dynamics=1.0, integrator=1e5)
+    pb = IdentificationProblem(ps, recs, settings, [(q[0], qd[0]) for q, qd, _ in states],
+                               motion, free=free)
+    Xs = [np.concatenate(s, axis=1) for s in states]
+    theta = 0.1 * rng.normal(size=ps.size)
+    system, err = pb.linear_system(Xs, theta)
+    assert err == pytest.approx(pb.error(Xs, theta), rel=1e-12)
+    for lam in (0.0, 1e-2):
+        dxs, dt, info = solve_joint(system, lam)
+        dxs_q, dt_q, info_q = _solve_qr(system, lam, pb)
+        for a, b in zip(dxs, dxs_q):
+            np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10 * np.abs(b).max())
+        if free:
+            np.testing.assert_allclose(dt, dt_q, rtol=1e-8, atol=1e-10 * np.abs(dt_q).max())
+            np.testing.assert_allclose(info, info_q, rtol=1e-8, atol=1e-10 * np.abs(info_q).max())
+        else:
+            assert dt is None and info is None
+        graph = system.graph()
+        delta = gtsam.VectorValues()
+        for ks, dx in zip(pb.keys, dxs):
+            for k, row in zip(ks, dx):
+                delta.insert(k, row)
+        if free:
+            delta.insert(pb.theta_key, dt)
+        assert system.error(dxs, dt) == pytest.approx(graph.error(delta), rel=1e-12)
+        assert system.error([0 * dx for dx in dxs], 0 * dt if free else None) == \
+            pytest.approx(err, rel=1e-12)
+
+
+def test_reused_and_reweighted_systems_equal_fresh_ones(setup):
+    """A linearization into a spare system's arrays, and another stage's linearization with its
+    rows reweighted, equal a fresh linearization."""
+    import dataclasses
+
+    from mbfg.graphs.identification import IdentificationProblem, IdentificationSettings
+    mech, sensors, ps = setup
+    rng = np.random.default_rng(12)
+    recs, states = _two_recordings(ps, mech, sensors, rng)
+    motion = {"v": 1.0, "a": 1.0, "j": 1.0, "s": 1.0}
+    firsts = [(q[0], qd[0]) for q, qd, _ in states]
+    loose = IdentificationSettings(dynamics=1.0, constraints=1e-4)
+    tight = dataclasses.replace(loose, dynamics=1e-3, constraints=1e-7)
+    pb1 = IdentificationProblem(ps, recs, loose, firsts, motion)
+    pb2 = IdentificationProblem(ps, recs, tight, firsts, motion)
+    Xs = [np.concatenate(s, axis=1) for s in states]
+    theta = 0.1 * rng.normal(size=ps.size)
+
+    def same(s1, e1, s2, e2, rtol):
+        assert e1 == pytest.approx(e2, rel=rtol)
+        for c1, c2 in zip(s1.chains, s2.chains):
+            for f in ("A_x", "A_t", "e", "B0", "B1", "e_pair"):
+                a, b = getattr(c1, f), getattr(c2, f)
+                np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * np.abs(b).max(),
+                                           err_msg=f)
+    fresh, err = pb2.linear_system(Xs, theta)
+    spare, _ = pb2.linear_system([X + 0.01 for X in Xs], theta + 0.1)
+    reused, err_r = pb2.linear_system(Xs, theta, out=spare)
+    assert reused.chains[0].A_x is spare.chains[0].A_x
+    same(reused, err_r, fresh, err, 0.0)
+    source, _ = pb1.linear_system(Xs, theta)
+    moved, err_m = pb2.reweighted(source, pb1)
+    same(moved, err_m, fresh, err, 1e-14)
+    # another recording list or parameter set: no reweighting
+    other = IdentificationProblem(ps, list(recs), tight, firsts, motion, free=False)
+    assert other.reweighted(pb1.linear_system(Xs, theta)[0], pb1) is None

@@ -21,7 +21,7 @@ import numpy as np
 from mbfg.errors import ConvergenceError, DataError, UsageError
 from mbfg.graphs.identification import (IdentificationProblem, IdentificationSettings, Recording,
                                         motion_scales, payload_vector)
-from mbfg.model.identification import initial_states, parameter_set
+from mbfg.model.identification import initial_states, initial_states_many, parameter_set
 from mbfg.model.sensors import readings_on_grid
 from mbfg.results import EstimationResult, IdentificationResult, Stats, ValidationResult
 from mbfg.solvers.identification import optimize_joint
@@ -66,13 +66,25 @@ def as_recording(rec: Any, n_motors: int = 0) -> Recording:
     return rec
 
 
-def _start(params, rec, settings, progress_label=""):
-    """Initial (q, v, a) of a recording: from its readings, else the online estimator."""
+def _starts(params, recs, settings):
+    """Initial (q, v, a) of each recording: from its readings (the recordings' position
+    continuations together), else the online estimator."""
+    grids = [readings_on_grid(params.sensors, list(rec.readings), rec.n_steps) for rec in recs]
+    inits = initial_states_many(params.mech, params.sensors, grids, [rec.dt for rec in recs],
+                                settings.cutoff)
+    return [init if init is not None else _start(params, rec, settings, from_readings=False)
+            for init, rec in zip(inits, recs)]
+
+
+def _start(params, rec, settings, from_readings=True):
+    """Initial (q, v, a) of a recording: from its readings (when ``from_readings``: they may
+    not fix the configuration), else the online estimator."""
     mech = params.mech
-    grid = readings_on_grid(params.sensors, list(rec.readings), rec.n_steps)
-    init = initial_states(mech, params.sensors, grid, rec.dt, settings.cutoff)
-    if init is not None:
-        return init
+    if from_readings:
+        grid = readings_on_grid(params.sensors, list(rec.readings), rec.n_steps)
+        init = initial_states(mech, params.sensors, grid, rec.dt, settings.cutoff)
+        if init is not None:
+            return init
     from mbfg.estimation.graph_estimators import estimate_online
     forces = None
     if rec.inputs is not None:
@@ -99,8 +111,8 @@ def _states(problem, X, rec, name):
                             stats=Stats.of(name, 0.0, rec.n_steps))
 
 
-def _cost(problem, r, X, theta):
-    c = problem.step_costs(r, X, theta)
+def _cost(problem, r, X, theta, system=None):
+    c = problem.step_costs(r, X, theta, system)
     n = max(float(np.sum(c["readings"])), 1.0)
     return float(np.sum(c["observations"] + c["dynamics"] + c["constraints"])) / n, c
 
@@ -174,23 +186,30 @@ def identify(
         raise UsageError("identify needs at least one recording")
     for r in recs:
         payload_vector(model, r.payload)  # checked before any work
-    starts = [_start(params, rec, settings) for rec in recs]
+    starts = _starts(params, recs, settings)
     motion = motion_scales(params.mech, starts, [r.dt for r in recs])
     first = [(q[0], v[0]) for q, v, _ in starts]
     Xs = None
     theta = np.zeros(params.size)
     stages, iterations, history, reason, converged = [], 0, [], "", False
     method = "cholesky"  # once an indefinite pivot made it fall back to QR, QR it is
+    problem = st = None
+    work = {}  # the elimination's buffers, shared by the stages
     for kd, free, final in _schedule(settings):
         # a loose stage loosens the constraint rows by the same factor: the ratio of the
         # constraint to the dynamics weights (the system's conditioning) stays the final one
         st_k = dataclasses.replace(settings, dynamics=kd,
                                    constraints=settings.constraints * kd / settings.dynamics)
+        previous = problem
         problem = IdentificationProblem(params, recs, st_k, first, motion, free=free)
         if Xs is None:
             Xs = [_pack(problem, *s) for s in starts]
+        # the previous stage's last linearization, its rows reweighted, starts this stage
+        initial = (None if previous is None or st.system is None
+                   else problem.reweighted(st.system, previous))
         Xs, theta, st, info = optimize_joint(
-            problem, Xs, theta, max_iterations=settings.max_iterations,
+            problem, Xs, theta, max_iterations=settings.max_iterations, initial=initial,
+            work=work,
             relative_tolerance=(settings.relative_tolerance if final
                                 else settings.stage_tolerance),
             information=final, method=method,
@@ -224,7 +243,7 @@ def identify(
     lam, vec = np.maximum(lam[order], 0.0), vec[:, order].T
     vec = vec * np.where(vec[np.arange(len(vec)), np.argmax(np.abs(vec), axis=1)] < 0, -1.0, 1.0)[:, None]
     identifiable = lam > np.einsum("ij,jk,ik->i", vec, prior_l, vec)
-    costs = np.array([_cost(problem, r, X, theta)[0] for r, X in enumerate(Xs)])
+    costs = np.array([_cost(problem, r, X, theta, st.system)[0] for r, X in enumerate(Xs)])
     states = tuple(_states(problem, X, rec, "identify") for X, rec in zip(Xs, recs))
     seconds = time.perf_counter() - t0
     stats = Stats.of("identify", seconds, sum(r.n_steps for r in recs), iterations,
@@ -292,7 +311,7 @@ def cross_validate(
                                   max_iterations=settings.max_iterations,
                                   relative_tolerance=settings.relative_tolerance,
                                   progress=progress)
-    cost, c = _cost(problem, 0, Xs[0], zero)
+    cost, c = _cost(problem, 0, Xs[0], zero, st.system)
     seconds = time.perf_counter() - t0
     stats = Stats.of("cross-validate", seconds, rec.n_steps, st.iterations, st.converged,
                      final_error=st.final_error, reason=st.reason)

@@ -16,6 +16,16 @@ theta ~ N(0, sigma_p^2 I) keeps unidentifiable directions finite.  Eliminating e
 every recording in time order and theta last keeps each solve linear in the number of steps
 (the fill-in is one (x_{k+1}, theta) factor).
 
+The linearization is built as arrays over the time axis, never factor by factor
+(:meth:`IdentificationProblem.linear_system`, a :class:`JointSystem`): per recording the
+whitened step factors' blocks (N, rows, dim) and (N, rows, p), the one pair of integrator
+blocks all consecutive steps share, and the initial priors; the rows of blocks of
+``EVALUATION_BLOCK`` steps are evaluated together (the dynamics by
+:func:`mbfg.model.identification.dynamics_rows`, friction in closed form).
+:mod:`mbfg.solvers.identification` eliminates it as a band matrix with a border;
+:meth:`JointSystem.graph` gives the same system as a gtsam factor graph (the solver's QR
+fallback, and the tests).
+
 Noise model, all unit-free: derived from the coordinates' scales s_i
 (:func:`mbfg.model.scales.coordinate_scales`), the constraint rows' scales, the time step, the
 sensors' sigmas and the motion's own rates (:func:`motion_scales` of the initial estimate: the
@@ -41,6 +51,8 @@ trajectory stiffer than the real one and bias the parameters at coarse steps.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,19 +66,27 @@ from mbfg.graphs import linear_blocks as L
 from mbfg.graphs.layout import dependent_layout
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
-from mbfg.model.identification import characteristic_rate, dynamics_parameter_jacobian
+from mbfg.model.identification import (characteristic_rate, dynamics_parameter_jacobian,
+                                       dynamics_rows, friction_terms)
 from mbfg.model.nonconservative import motor_forces
 from mbfg.model.scales import constraint_scales, coordinate_scales
 from mbfg.model.sensors import readings_on_grid
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from numpy.typing import ArrayLike
 
     from mbfg.model.identification import ParameterSet
     from mbfg.model.mechanism import Mechanism
 
-__all__ = ["IdentificationSettings", "Recording", "IdentificationProblem", "rate_scale",
-           "motion_scales", "payload_vector"]
+__all__ = ["IdentificationSettings", "Recording", "IdentificationProblem", "ChainBlocks",
+           "JointSystem", "rate_scale", "motion_scales", "payload_vector"]
+
+
+EVALUATION_BLOCK = 2048
+"""Steps whose rows are evaluated together (a performance setting: the kernels' temporaries
+of a block stay in cache; results do not depend on it)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +140,100 @@ class Recording:
     inputs: np.ndarray | None = None
     name: str = "recording"
     payload: tuple = ()
+
+
+@dataclass(frozen=True)
+class ChainBlocks:
+    """The whitened linearization of one recording's factors, each ``||A delta + e||^2``.
+
+    A_x, A_t, e : (N, r, d), (N, r_t, p) or None, (N, r)
+        One factor per step on (delta x_k, delta theta): its nonlinear rows; A_t holds
+        theta's blocks of the last r_t rows only (the others do not depend on theta).
+    B0, B1, e_pair : (l, d), (l, d), (N - 1, l)
+        One factor per pair of consecutive steps on (delta x_k, delta x_{k+1}), its blocks
+        the same for every pair (the integrators).
+    fixed : tuple of (k, A (r0, d), e (r0,))
+        Linear factors on single steps (the initial priors).
+    order : (d,)
+        An order of the step vector's components in which the pair blocks couple only
+        nearby components (the solver's band is then narrow)."""
+    A_x: np.ndarray
+    A_t: np.ndarray | None
+    e: np.ndarray
+    B0: np.ndarray
+    B1: np.ndarray
+    e_pair: np.ndarray
+    fixed: tuple
+    order: np.ndarray
+
+    def residual(self, dx: np.ndarray, dtheta: np.ndarray | None = None) -> float:
+        """0.5 * the sum of squared rows ``A delta + e`` at the step (N, d) deltas ``dx``."""
+        r = self.e + np.matmul(self.A_x, dx[:, :, None])[:, :, 0]
+        if self.A_t is not None and dtheta is not None:
+            r[:, r.shape[1] - self.A_t.shape[1]:] += self.A_t @ dtheta
+        total = float(np.sum(r * r))
+        if self.e_pair.size:
+            rp = self.e_pair + dx[:-1] @ self.B0.T + dx[1:] @ self.B1.T
+            total += float(np.sum(rp * rp))
+        for k, A, e0 in self.fixed:
+            rf = A @ dx[k] + e0
+            total += float(rf @ rf)
+        return 0.5 * total
+
+
+@dataclass(frozen=True)
+class JointSystem:
+    """The linearization of the identification graph at one point: a :class:`ChainBlocks`
+    per recording (``keys`` a callable giving every recording's step keys), and theta's prior
+    ``||W delta_theta + e_theta||^2``
+    (p = 0: theta fixed)."""
+    chains: list
+    keys: Callable
+    theta_key: int
+    p: int
+    W: np.ndarray
+    e_theta: np.ndarray
+
+    def error(self, dxs: list, dtheta: np.ndarray | None) -> float:
+        """0.5 * the squared whitened residual of the linear system at the deltas."""
+        total = 0.0
+        if self.p:
+            r = self.W @ dtheta + self.e_theta
+            total += 0.5 * float(r @ r)
+        return total + sum(c.residual(dx, dtheta if self.p else None)
+                           for c, dx in zip(self.chains, dxs))
+
+    def graph(self, damping: float = 0.0) -> gtsam.GaussianFactorGraph:
+        """The same system as a gtsam graph (delta form; ``damping`` lambda adds
+        ``lambda ||delta||^2`` on every variable)."""
+        out = gtsam.GaussianFactorGraph()
+        p, tk = self.p, self.theta_key
+        for c, keys in zip(self.chains, self.keys()):
+            for k, A, e0 in c.fixed:
+                out.add(keys[k], A, -e0, unit_noise(A.shape[0]))
+            if c.e_pair.size:
+                model, neg = unit_noise(c.e_pair.shape[1]), -c.e_pair
+                for t in range(c.e_pair.shape[0]):
+                    out.add(keys[t], c.B0, keys[t + 1], c.B1, neg[t], model)
+            model, b = unit_noise(c.e.shape[1]), -c.e
+            if p:
+                At = np.zeros(c.e.shape + (p,))
+                At[:, c.e.shape[1] - c.A_t.shape[1]:] = c.A_t
+                for k in range(c.e.shape[0]):
+                    out.add(keys[k], c.A_x[k], tk, At[k], b[k], model)
+            else:
+                for k in range(c.e.shape[0]):
+                    out.add(keys[k], c.A_x[k], b[k], model)
+            if damping > 0.0:
+                d = c.A_x.shape[2]
+                s, z, model = np.sqrt(damping) * np.eye(d), np.zeros(d), unit_noise(d)
+                for k in keys:
+                    out.add(k, s, z, model)
+        if p:
+            out.add(tk, self.W, -self.e_theta, unit_noise(p))
+            if damping > 0.0:
+                out.add(tk, np.sqrt(damping) * np.eye(p), np.zeros(p), unit_noise(p))
+        return out
 
 
 def payload_vector(mech: Mechanism, payload: tuple) -> np.ndarray:
@@ -198,11 +312,11 @@ class IdentificationProblem:
         self.sigma_pc = settings.constraints * rows
         self.sigma_vc = settings.constraints * rows * V
         self.sigma_dyn = settings.dynamics * s * self.motion["a"]
-        self.keys, self.links, self.grids = [], [], []
+        self._steps, self.links, self.grids = [], [], []
         off = 0
         for rec, (q0, v0) in zip(self.recordings, starts):
             N = int(rec.n_steps)
-            self.keys.append([gtsam.symbol("x", off + k) for k in range(N)])
+            self._steps.append((off, N))
             off += N
             terms = [L.prior(lay, 0, "q", q0, s), L.prior(lay, 0, "v", v0, s * V)]
             if N > 1:
@@ -214,10 +328,21 @@ class IdentificationProblem:
             self.grids.append(readings_on_grid(params.sensors, list(rec.readings), N))
         self._cache = (None, None)
         self._payload = {}
+        # within a step, q_i, v_i, a_i of each coordinate together: the integrators link
+        # only equal coordinates of consecutive steps, so in this order the system's band
+        # (steps in time order) is d + 1 wide instead of 2 d - 1
+        self._step_order = np.stack([np.arange(lay.slice(s).start, lay.slice(s).stop)
+                                     for s in ("q", "v", "a")], axis=1).reshape(-1)
 
     @property
     def p(self) -> int:
         return self.params.size if self.free else 0
+
+    @functools.cached_property
+    def keys(self) -> list:
+        """gtsam keys of every recording's steps, one list per recording (made on first use:
+        only the gtsam graph of the system needs them)."""
+        return [[gtsam.symbol("x", off + k) for k in range(N)] for off, N in self._steps]
 
     def recording_model(self, r: int, theta: ArrayLike) -> tuple:
         """(mech, sensors, derivatives) of recording r at theta (its payload added)."""
@@ -246,61 +371,85 @@ class IdentificationProblem:
         return val
 
     # ------------------------------------------------------------------ nonlinear rows
-    def residuals(self, r: int, X: np.ndarray, theta: ArrayLike, jacobians: bool = True) -> tuple:
+    def residuals(self, r: int, X: np.ndarray, theta: ArrayLike, jacobians: bool = True,
+                  out: ChainBlocks | None = None) -> tuple:
         """Whitened nonlinear rows of recording r: e (N, rows) and, with ``jacobians``,
-        A_x (N, rows, dim) and A_theta (N, rows, p); also the row count of each family."""
+        A_x (N, rows, dim) and A_t (N, rows_t, p), theta's blocks of the last rows_t rows (the
+        dynamics and observation rows; the constraint rows before them do not depend on
+        theta); also the row count of each family (position and velocity constraints,
+        dynamics, each sensor).  ``out``: a :class:`ChainBlocks` of this recording from an
+        earlier call, whose e, A_x and A_t are overwritten."""
         mech, sensors, deriv = self.recording_model(r, theta)
         rec, lay = self.recordings[r], self.layout
-        N = X.shape[0]
-        part = lay.unpack(X)
-        p = {"q": part["q"], "v": part["v"], "a": part["a"]}
+        N, n, m = X.shape[0], mech.n, mech.m
+        sizes = [m, m, n] + [sn.dim for sn in sensors]
+        rows, rows_t = sum(sizes), sum(sizes[2:])
+        reuse = (out is not None and jacobians and out.A_x.shape == (N, rows, lay.dim)
+                 and (out.A_t is not None and out.A_t.shape == (N, rows_t, self.p)
+                      if self.p else out.A_t is None))
+        e = out.e if reuse else np.empty((N, rows))
+        Ax = At = None
+        if jacobians:
+            # every call writes the same blocks: the others stay zero in a reused array
+            Ax = out.A_x if reuse else np.zeros((N, rows, lay.dim))
+            At = out.A_t if reuse and self.p else np.zeros((N, rows_t, self.p))
         u = rec.inputs
         Q = motor_forces(mech, u) if (u is not None and mech.spec.motors) else None
-        es, Ax, At, sizes = [], [], [], []
+        # in blocks of steps: the kernels' temporaries stay small (in cache, and reused by
+        # the allocator instead of being faulted in afresh for every call)
+        for k0 in range(0, N, EVALUATION_BLOCK):
+            sl = slice(k0, min(N, k0 + EVALUATION_BLOCK))
+            self._rows(r, mech, sensors, deriv, X[sl], None if u is None else u[sl],
+                       None if Q is None else Q[sl], sl, sizes, e[sl],
+                       None if Ax is None else Ax[sl], None if At is None else At[sl])
+        return e, Ax, At, sizes
 
-        def add(e, J, sigma, Jt=None):
-            wgt = 1.0 / np.broadcast_to(np.asarray(sigma, float), (e.shape[1],))
-            es.append(e * wgt)
-            sizes.append(e.shape[1])
+    def _rows(self, r, mech, sensors, deriv, X, u, Q, sl, sizes, e, Ax, At):
+        """:meth:`residuals` of the steps ``sl`` (X, u, Q: theirs) into e, Ax, At."""
+        lay = self.layout
+        N, n = X.shape[0], mech.n
+        jacobians = Ax is not None
+        part = lay.unpack(X)
+        p = {"q": part["q"], "v": part["v"], "a": part["a"]}
+        cuts = np.cumsum([0] + sizes)
+
+        def put(i, ei, J, sigma, Jt=None):
+            wgt = 1.0 / np.broadcast_to(np.asarray(sigma, float), (sizes[i],))
+            rs = slice(cuts[i], cuts[i + 1])
+            np.multiply(ei, wgt, out=e[:, rs])
             if jacobians:
-                A = np.zeros((N, e.shape[1], lay.dim))
                 for slot, Js in J.items():
-                    A[:, :, lay.slice(slot)] = Js
-                Ax.append(A * wgt[None, :, None])
-                T = np.zeros((N, e.shape[1], self.p)) if Jt is None else Jt
-                At.append(T * wgt[None, :, None])
+                    np.multiply(Js, wgt[:, None], out=Ax[:, rs, lay.slice(slot)])
+                if Jt is not None:
+                    np.multiply(Jt, wgt[:, None],
+                                out=At[:, cuts[i] - cuts[2]:cuts[i + 1] - cuts[2]])
 
-        for fam, sig in ((position_constraints_residual(mech), self.sigma_pc),
-                         (velocity_constraints_residual(mech), self.sigma_vc)):
-            e, J = fam(p, jacobians)
-            add(e, J, sig)
+        for i, (fam, sig) in enumerate(((position_constraints_residual(mech), self.sigma_pc),
+                                        (velocity_constraints_residual(mech), self.sigma_vc))):
+            ei, J = fam(p, jacobians)
+            put(i, ei, J, sig)
         Jall = p["_Phi_q"] if "_Phi_q" in p else C.constraint_jacobian(mech, p["q"])
         if jacobians:
-            dyn = D.forward_dynamics_jacobians(mech, p["q"], p["v"], Q, J=Jall,
-                                               Jdot=p.get("_Phi_q_dot"))
-            e = dyn.qdd - p["a"]
-            J = {"q": dyn.d_q, "v": dyn.d_qd, "a": np.broadcast_to(-np.eye(mech.n),
-                                                                    (N, mech.n, mech.n))}
-            Jt = (dynamics_parameter_jacobian(mech, deriv, p["q"], p["v"], dyn.qdd, dyn.d_Q, u)
-                  if self.p else None)
-            add(e, J, self.sigma_dyn, Jt)
+            fr = friction_terms(mech, p["q"], p["v"])
+            dyn = dynamics_rows(mech, p["q"], p["v"], Q, friction=fr, J=Jall,
+                                Jdot=p.get("_Phi_q_dot"))
+            J = {"q": dyn.d_q, "v": dyn.d_qd, "a": np.broadcast_to(-np.eye(n), (N, n, n))}
+            Jt = (dynamics_parameter_jacobian(mech, deriv, p["q"], p["v"], dyn.qdd, dyn.d_Q, u,
+                                              friction=fr.rates) if self.p else None)
+            put(2, dyn.qdd - p["a"], J, self.sigma_dyn, Jt)
         else:
             qdd = D.forward_dynamics(mech, p["q"], p["v"], Q, J=Jall)
-            add(qdd - p["a"], None, self.sigma_dyn)
+            put(2, qdd - p["a"], None, self.sigma_dyn)
         for i, (sensor, (z, has)) in enumerate(zip(sensors, self.grids[r])):
-            e, J = observation_residual(mech, sensor, z)(p, jacobians)
-            mask = has.astype(float)[:, None]
-            e = e * mask
+            ei, J = observation_residual(mech, sensor, z[sl])(p, jacobians)
+            mask = has[sl].astype(float)[:, None]
+            ei = ei * mask
             Jt = None
             if jacobians:
                 J = {k: v * mask[:, :, None] for k, v in J.items()}
                 if self.p and deriv.bias[i].any():
                     Jt = mask[:, :, None] * deriv.bias[i][None, None, :]
-            add(e, J, sensor.sigma, Jt)
-        e = np.concatenate(es, axis=1)
-        if not jacobians:
-            return e, None, None, sizes
-        return e, np.concatenate(Ax, axis=1), np.concatenate(At, axis=1), sizes
+            put(3 + i, ei, J, sensor.sigma, Jt)
 
     # ------------------------------------------------------------------ cost and system
     def prior_error(self, theta: ArrayLike) -> float:
@@ -317,48 +466,60 @@ class IdentificationProblem:
             total += 0.5 * float(np.sum(e * e)) + sum(t.error(X) for t in self.links[r])
         return total
 
-    def linearize(self, Xs: list, theta: ArrayLike) -> tuple:
-        """(GaussianFactorGraph in delta form, error) at (Xs, theta)."""
-        out = gtsam.GaussianFactorGraph()
+    def linear_system(self, Xs: list, theta: ArrayLike, out: JointSystem | None = None) -> tuple:
+        """(:class:`JointSystem`, error) at (Xs, theta): the whitened linearization as arrays
+        (one :class:`ChainBlocks` per recording and theta's prior).  ``out``: a system of
+        this problem that is no longer needed; its large arrays are overwritten (they keep
+        their memory, which a fresh allocation would have to fault in again)."""
         total = self.prior_error(theta)
-        p, tk = self.p, self.theta_key
+        p = self.p
+        chains = []
         for r, X in enumerate(Xs):
-            keys = self.keys[r]
-            total += self._linearize_links(r, X, keys, out)
-            e, Ax, At, _ = self.residuals(r, X, theta)
+            e, Ax, At, _ = self.residuals(r, X, theta,
+                                          out=None if out is None else out.chains[r])
             total += 0.5 * float(np.sum(e * e))
-            model = unit_noise(e.shape[1])
-            b = -e
-            if p:
-                for k in range(X.shape[0]):
-                    out.add(keys[k], Ax[k], tk, At[k], b[k], model)
-            else:
-                for k in range(X.shape[0]):
-                    out.add(keys[k], Ax[k], b[k], model)
+            fixed, pair = self._link_blocks(r, X)
+            for _, _, e0 in fixed:
+                total += 0.5 * float(e0 @ e0)
+            B0, B1, ep = pair
+            total += 0.5 * float(np.sum(ep * ep))
+            chains.append(ChainBlocks(Ax, At if p else None, e, B0, B1, ep, tuple(fixed),
+                                      self._step_order))
         if p:
             w = 1.0 / self.settings.prior
-            out.add(tk, w * np.eye(p), -w * np.asarray(theta, float), unit_noise(p))
-        return out, total
+            prior = (w * np.eye(p), w * np.asarray(theta, float))
+        else:
+            prior = (np.zeros((0, 0)), np.zeros(0))
+        return JointSystem(chains, lambda: self.keys, self.theta_key, p, *prior), total
 
-    def _linearize_links(self, r: int, X: np.ndarray, keys: list, out) -> float:
-        """The initial priors of recording r and its two integrator families, the latter as
-        one factor per pair of steps (their rows stacked: half the factors to add and
-        eliminate); returns their error."""
+    def linearize(self, Xs: list, theta: ArrayLike) -> tuple:
+        """(GaussianFactorGraph in delta form, error) at (Xs, theta)."""
+        system, total = self.linear_system(Xs, theta)
+        return system.graph(), total
+
+    def _link_blocks(self, r: int, X: np.ndarray) -> tuple:
+        """The initial priors of recording r as ``[(step, A, e), ...]`` and its two integrator
+        families stacked into one pair factor ``(B0, B1, e (N - 1, rows))`` (the same blocks
+        for every pair of consecutive steps)."""
         terms = self.links[r]
-        total = sum(t.linearize(X, keys, out) for t in terms[:2])
+        fixed = []
+        for t in terms[:2]:
+            rows, (A,), e = t.blocks(X)
+            fixed += [(int(k), A[0], e[i]) for i, k in enumerate(rows[:, 0])]
+        d = self.layout.dim
         if len(terms) < 3:
-            return total
+            return fixed, (np.zeros((0, d)), np.zeros((0, d)), np.zeros((0, 0)))
         blocks = [t.blocks(X) for t in terms[2:]]
         rows = blocks[0][0]
-        if any(not np.array_equal(b[0], rows) or b[1][0].shape[0] != 1 for b in blocks):
-            raise AssertionError("the integrator families link the same step pairs")  # pragma: no cover
-        A0 = np.concatenate([b[1][0][0] for b in blocks], axis=0)
-        A1 = np.concatenate([b[1][1][0] for b in blocks], axis=0)
+        if any(not np.array_equal(b[0], rows) or b[1][0].shape[0] != 1 for b in blocks) or \
+                not np.array_equal(rows[:, 0], np.arange(X.shape[0] - 1)) or \
+                not np.array_equal(rows[:, 1], rows[:, 0] + 1):
+            raise AssertionError(  # pragma: no cover
+                "the integrator families link consecutive steps")
+        B0 = np.concatenate([b[1][0][0] for b in blocks], axis=0)
+        B1 = np.concatenate([b[1][1][0] for b in blocks], axis=0)
         e = np.concatenate([b[2] for b in blocks], axis=1)
-        model, neg = unit_noise(e.shape[1]), -e
-        for t, (r0, r1) in enumerate(rows):
-            out.add(keys[r0], A0, keys[r1], A1, neg[t], model)
-        return total + 0.5 * float(np.sum(e * e))
+        return fixed, (B0, B1, e)
 
     def ordering(self) -> list:
         """Elimination order: every recording's steps in time order, theta last."""
@@ -369,10 +530,16 @@ class IdentificationProblem:
         """Information (p, p) of the parameter prior (in the chart)."""
         return np.eye(self.p) / self.settings.prior ** 2
 
-    def step_costs(self, r: int, X: np.ndarray, theta: ArrayLike) -> dict:
+    def step_costs(self, r: int, X: np.ndarray, theta: ArrayLike, system: JointSystem | None = None
+                   ) -> dict:
         """Per step of recording r: the whitened squared residuals summed by family
-        (``"observations"``, ``"dynamics"``, ``"constraints"``) and the number of readings."""
-        e, _, _, sizes = self.residuals(r, X, theta, jacobians=False)
+        (``"observations"``, ``"dynamics"``, ``"constraints"``) and the number of readings.
+        ``system``: this problem's :meth:`linear_system` at (X, theta), when at hand (its rows
+        are these residuals)."""
+        if system is not None:
+            e, sizes = system.chains[r].e, self._row_sizes()
+        else:
+            e, _, _, sizes = self.residuals(r, X, theta, jacobians=False)
         cuts = np.cumsum([0] + sizes)
         sq = e * e
         fam = lambda a, b: np.sum(sq[:, cuts[a]:cuts[b]], axis=1)  # noqa: E731
@@ -381,3 +548,53 @@ class IdentificationProblem:
             count += has * s.dim
         return {"constraints": fam(0, 2), "dynamics": fam(2, 3),
                 "observations": fam(3, len(sizes)), "readings": count}
+
+    def _row_sizes(self) -> list:
+        mech = self.params.mech
+        return [mech.m, mech.m, mech.n] + [s.dim for s in self.params.sensors]
+
+    def _row_weights(self) -> np.ndarray:
+        """1 / sigma of every nonlinear row (:meth:`residuals`' order)."""
+        sig = [self.sigma_pc, self.sigma_vc, self.sigma_dyn] + [
+            np.full(s.dim, s.sigma) for s in self.params.sensors]
+        return 1.0 / np.concatenate([np.broadcast_to(np.asarray(x, float), (k,))
+                                     for x, k in zip(sig, self._row_sizes())])
+
+    def reweighted(self, system: JointSystem, source: IdentificationProblem) -> tuple | None:
+        """This problem's :meth:`linear_system` at the point where ``source`` built ``system``,
+        from that system: ``source`` is another stage of the same identification (the same
+        recordings, parameters, initial priors, integrator rows and theta prior; other dynamics
+        and constraint sigmas), so the nonlinear rows only change their weights.  Returns
+        ``(system, error)``, or None when the two problems differ otherwise.  ``system``'s
+        arrays are rescaled in place (it is ``source``'s, and not used again)."""
+        same = (source.params is self.params and source.p == self.p
+                and len(source.recordings) == len(self.recordings)
+                and all(a is b for a, b in zip(source.recordings, self.recordings))
+                and source.motion == self.motion
+                and source.settings.integrator == self.settings.integrator
+                and source.settings.prior == self.settings.prior
+                and len(source.links) == len(self.links)
+                and all(_same_term(a, b) for la, lb in zip(source.links, self.links)
+                        for a, b in zip(la, lb)))
+        if not same:
+            return None
+        ratio = self._row_weights() / source._row_weights()
+        chains, total = [], 0.0
+        for c in system.chains:  # in place: the source's system is not used again
+            e = np.multiply(c.e, ratio, out=c.e)
+            np.multiply(c.A_x, ratio[:, None], out=c.A_x)
+            if c.A_t is not None:
+                np.multiply(c.A_t, ratio[ratio.size - c.A_t.shape[1]:, None], out=c.A_t)
+            chains.append(c)
+            total += float(np.sum(e * e)) + float(np.sum(c.e_pair * c.e_pair))
+            total += sum(float(e0 @ e0) for _, _, e0 in c.fixed)
+        total += float(system.e_theta @ system.e_theta)
+        return dataclasses.replace(system, chains=chains), 0.5 * total
+
+
+def _same_term(a, b) -> bool:
+    """Whether two linear link families are the same rows."""
+    if type(a) is not type(b):
+        return False
+    names = ("rows", "A", "b") if isinstance(a, L.UnaryLinear) else ("rows0", "rows1", "A0", "A1")
+    return all(np.array_equal(getattr(a, k), getattr(b, k)) for k in names)

@@ -50,7 +50,16 @@ M qddot + Phi_q^T lambda = Q(pi), Phi_q qddot = c gives
     d qddot / d theta = (d qddot / dQ) [dQ/d theta - Y(qddot) d pi / d theta]
 
 with dQ/d theta the friction (-s g, -tanh(s / eps) g per element) and motor (u e_coord) columns
-chained with the chart's derivatives.
+chained with the chart's derivatives.  The regressor is affine in qddot, so its product with
+d pi / d theta is one matrix product with the n + 1 regressors at qddot = 0 and the unit
+vectors.
+
+**Kernels of the identification graph.**  :func:`friction_terms` gives the friction forces
+and their derivatives with the revolute joints' rate-map derivatives in closed form (the
+complex step of :mod:`mbfg.model.nonconservative` only for sliders), and
+:func:`dynamics_rows` the forward dynamics and its Jacobians of
+:func:`mbfg.model.dynamics.forward_dynamics_jacobians` from one batched inverse of the KKT
+matrix; both are checked against central differences and against those functions.
 """
 from __future__ import annotations
 
@@ -72,7 +81,8 @@ if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
 
 __all__ = ["ParameterSet", "ParameterDerivatives", "parameter_set", "expand_names", "initial_states",
-           "dynamics_parameter_jacobian", "characteristic_rate", "NAME_HELP"]
+           "initial_states_many", "dynamics_parameter_jacobian", "friction_terms",
+           "FrictionTerms", "dynamics_rows", "DynamicsRows", "characteristic_rate", "NAME_HELP"]
 
 NAME_HELP = ("planar_bodies[i], planar_bodies[i].mass, planar_bodies[i].cog, "
              "planar_bodies[i].cog[0|1], planar_bodies[i].I0, friction[k], friction[k].viscous, "
@@ -503,6 +513,185 @@ def parameter_set(mech: Mechanism, names: ArrayLike | str, sensors: ArrayLike = 
                         np.array(ref, float), np.array(scale, float))
 
 
+@dataclass(frozen=True)
+class FrictionTerms:
+    """The friction forces of a batch of states and their exact derivatives
+    (:func:`friction_terms`).
+
+    Q : (T, n)  Q_f(q, qdot)
+    d_q, d_qd : (T, n, n)  dQ_f/dq, dQ_f/dqdot (None without ``jacobians``)
+    rates : tuple of (g (T, n), s (T,))  per friction element its velocity map g_e(q) and
+        sliding rate s_e = g_e . qdot
+    """
+    Q: np.ndarray
+    d_q: np.ndarray | None
+    d_qd: np.ndarray | None
+    rates: tuple
+
+
+def _body_rate_map(mech, body):
+    """(D (2, n), d0 (2,)): a body's points[0] -> points[1] is d = D q + d0."""
+    p0, p1 = mech.spec.bodies[body].points[:2]
+    S, c = mech.point_selection, mech.point_fixed_xy
+    return S[p1] - S[p0], c[p1] - c[p0]
+
+
+def _angular_rate_terms(D, d0, q, qd):
+    """A body's angular rate map g = w(d) D, w = (-d_y, d_x) / |d|^2 (the gyroscope's rate,
+    d = D q + d0), for states q, qd (T, n): ``(g (T, n), dw (T, 4), Gv (T, n))`` with
+    G = dg/dq = sum_kl dw_kl D_k^T D_l (dw = dw/dd flattened row-major) and Gv = G^T qdot."""
+    d = q @ D.T + d0
+    dx, dy = d[:, 0], d[:, 1]
+    r2 = dx * dx + dy * dy
+    inv = 1.0 / r2
+    g = (np.stack([-dy, dx], axis=1) * inv[:, None]) @ D
+    # dw/dd = (1 / r2) [[2 dx dy / r2, 2 dy^2 / r2 - 1], [1 - 2 dx^2 / r2, -2 dx dy / r2]]
+    a, b = 2.0 * dx * dy * inv * inv, 2.0 * inv * inv
+    dw = np.stack([a, b * dy * dy - inv, inv - b * dx * dx, -a], axis=1)
+    ddot = qd @ D.T                                                # D qdot (T, 2)
+    # G^T qdot = D^T dw^T D qdot
+    Gv = np.stack([dw[:, 0] * ddot[:, 0] + dw[:, 2] * ddot[:, 1],
+                   dw[:, 1] * ddot[:, 0] + dw[:, 3] * ddot[:, 1]], axis=1) @ D
+    return g, dw, Gv
+
+
+def friction_terms(mech: Mechanism, q: ArrayLike, qd: ArrayLike,
+                   jacobians: bool = True) -> FrictionTerms:
+    """Q_f(q, qdot) of :mod:`mbfg.model.nonconservative` for states q, qd (T, n), its exact
+    derivatives and every element's rate map, in one pass.
+
+    The same forces and derivatives as
+    :func:`mbfg.model.nonconservative.friction_force_jacobians`, with the rate maps' derivative
+    G_e = dg_e/dq of revolute joints in closed form (g = w(d_b) D_b - w(d_a) D_a: dw/dd of
+    w = (-d_y, d_x) / |d|^2); sliders' G_e by the complex step of their (complex-safe) rate
+    map, as there:
+
+        dQ_f/dqdot = sum_e f_e'(s_e) g_e g_e^T,
+        dQ_f/dq = sum_e f_e'(s_e) g_e (G_e^T qdot)^T + f_e(s_e) G_e.
+
+    Every joint's f_e G_e is a combination of the constant outer products D_k^T D_l of its
+    bodies, so their sum is one product; the outer products over elements are two batched
+    products (T, n, E) (T, E, n)."""
+    from mbfg.model.scales import coordinate_scales
+    from mbfg.model.spec import JointFrictionSpec
+    q, qd = np.asarray(q, float), np.asarray(qd, float)
+    T, n = q.shape
+    els = mech.friction_elements
+    E = len(els)
+    Q = np.zeros((T, n))
+    bodies = {}   # body -> (g, dw, Gv, D): shared by the joints of a body
+    gs, ss, fs, dfs, Gvs = [], [], [], [], []
+    weights, outer = [], []   # f_e dw (T, 4) and the outer products (4, n * n) of each term
+    dq = np.zeros((T, n, n)) if jacobians else None
+    for spec, el in zip(mech.spec.friction, els):
+        if isinstance(spec, JointFrictionSpec):
+            g, Gv, terms = np.zeros((T, n)), np.zeros((T, n)), []
+            for sign, b in zip((-1.0, 1.0), spec.bodies):
+                if b < 0:
+                    continue
+                if b not in bodies:
+                    D, d0 = _body_rate_map(mech, b)
+                    bodies[b] = (*_angular_rate_terms(D, d0, q, qd), D)
+                gb, dw, Gvb, D = bodies[b]
+                g += sign * gb
+                Gv += sign * Gvb
+                terms.append((sign, dw, D))
+        else:
+            g = np.asarray(el.rate(q), float)
+            terms = None
+            if jacobians:
+                h = 1e-30 * coordinate_scales(mech)
+                G = np.swapaxes(el.rate(q[:, None, :] + 1j * np.diag(h)).imag / h[:, None], -1, -2)
+                Gv = np.matmul(qd[:, None, :], G)[:, 0, :]
+        s = np.einsum("tn,tn->t", g, qd)
+        th = np.tanh(s / el.width)
+        f = -(el.viscous * s + el.coulomb * th)
+        Q += f[:, None] * g
+        gs.append(g)
+        ss.append(s)
+        if jacobians:
+            fs.append(f)
+            dfs.append(-(el.viscous + (el.coulomb / el.width) * (1.0 - th * th)))
+            Gvs.append(Gv)
+            if terms is None:
+                dq += f[:, None, None] * G
+            else:
+                for sign, dw, D in terms:
+                    weights.append((sign * f)[:, None] * dw)
+                    outer.append(np.einsum("ki,lj->klij", D, D).reshape(4, n * n))
+    if not jacobians:
+        return FrictionTerms(Q, None, None, tuple(zip(gs, ss)))
+    if not E:
+        return FrictionTerms(Q, dq, np.zeros((T, n, n)), ())
+    if weights:
+        dq += (np.concatenate(weights, axis=1) @ np.concatenate(outer, axis=0)).reshape(T, n, n)
+    Gm = np.stack(gs, axis=2)                                       # (T, n, E)
+    dG = Gm * np.stack(dfs, axis=1)[:, None, :]                     # f_e' g_e
+    dq += np.matmul(dG, np.stack(Gvs, axis=1))
+    dqd = np.matmul(dG, Gm.transpose(0, 2, 1))
+    return FrictionTerms(Q, dq, dqd, tuple(zip(gs, ss)))
+
+
+@dataclass(frozen=True)
+class DynamicsRows:
+    """qddot and its exact derivatives at a batch of states (:func:`dynamics_rows`), shapes
+    (T, n) and (T, n, n)."""
+    qdd: np.ndarray
+    d_q: np.ndarray
+    d_qd: np.ndarray
+    d_Q: np.ndarray
+
+
+def dynamics_rows(mech: Mechanism, q: ArrayLike, qd: ArrayLike, Q: ArrayLike | None = None, *,
+                  friction: FrictionTerms | None = None, J: ArrayLike | None = None,
+                  Jdot: ArrayLike | None = None) -> DynamicsRows:
+    """qddot(q, qdot, Q) and its exact Jacobians d/dq, d/dqdot, d/dQ for states (T, n): the
+    equations and derivatives of :func:`mbfg.model.dynamics.forward_dynamics_jacobians`
+    (without Baumgarte terms) with one batched inverse of the KKT matrix K instead of two
+    solves, since every derivative is K^-1 times a right-hand side:
+
+        [qddot; lambda] = K^-1 [Q_g + Q + Q_f; c],
+        d qddot/dx = (K^-1)[:n] (d rhs/dx - dK/dx [qddot; lambda]).
+
+    ``friction``: :func:`friction_terms` at (q, qd) (computed when not given; it is the
+    friction of ``mech``).  ``J``, ``Jdot``: Phi_q(q) and dPhi_q/dt(q, qd) of every row when
+    already computed."""
+    from mbfg.model import constraints as C
+    q, qd = np.asarray(q, float), np.asarray(qd, float)
+    T, n = q.shape
+    Jall = C.constraint_jacobian(mech, q) if J is None else np.asarray(J, float)
+    Jdot_all = C.constraint_jacobian_dot(mech, q, qd) if Jdot is None else np.asarray(Jdot, float)
+    rows = C.independent_rows(mech, q, Jall)
+    Jr = C.take_rows(Jall, rows, 1)
+    Jdot_r = C.take_rows(Jdot_all, rows, 1)
+    mr = Jr.shape[-2]
+    if friction is None:
+        friction = friction_terms(mech, q, qd)
+    K = np.zeros((T, n + mr, n + mr))
+    K[:, :n, :n] = mech.mass_matrix()
+    K[:, :n, n:] = Jr.transpose(0, 2, 1)
+    K[:, n:, :n] = Jr
+    Ki = np.linalg.inv(K)
+    rhs = np.empty((T, n + mr))
+    rhs[:, :n] = mech.gravity_forces() + friction.Q
+    if Q is not None:
+        rhs[:, :n] += Q
+    rhs[:, n:] = -np.matmul(Jdot_r, qd[:, :, None])[:, :, 0]          # c = -Jdot qdot
+    sol = np.matmul(Ki, rhs[:, :, None])[:, :, 0]
+    qdd = sol[:, :n]
+    lam = np.zeros((T, mech.m))
+    np.put_along_axis(lam, np.broadcast_to(rows, (T, mr)), sol[:, n:], axis=-1)
+    R = np.zeros((T, n + mr, 2 * n))
+    R[:, :n, :n] = friction.d_q - C.hessian_weighted_sum(mech, q, lam)
+    R[:, n:, :n] = -C.take_rows(C.acceleration_bias_jacobian(mech, q, qd, Jall)
+                                + C.hessian_times(mech, q, qdd), rows, 1)
+    R[:, :n, n:] = friction.d_qd
+    R[:, n:, n:] = -2.0 * Jdot_r
+    top = Ki[:, :n, :]
+    X = np.matmul(top, R)
+    return DynamicsRows(qdd=qdd, d_q=X[:, :, :n], d_qd=X[:, :, n:], d_Q=top[:, :, :n])
+
+
 def dynamics_parameter_jacobian(
     mech: Mechanism,
     deriv: ParameterDerivatives,
@@ -511,6 +700,7 @@ def dynamics_parameter_jacobian(
     qdd: ArrayLike,
     d_Q: ArrayLike,
     u: ArrayLike | None = None,
+    friction: tuple | None = None,
 ) -> np.ndarray:
     """d qddot / d theta (T, n, p) of the forward dynamics (module docstring, implicit
     differentiation of Eqs. 5-6).
@@ -527,23 +717,40 @@ def dynamics_parameter_jacobian(
         d qddot / dQ at those states (:func:`mbfg.model.dynamics.forward_dynamics_jacobians`).
     u : (T, k), optional
         Motor inputs.
+    friction : tuple of (g (T, n), s (T,)), optional
+        Every friction element's rate map and sliding rate at the states
+        (:attr:`FrictionTerms.rates`), when already computed.
     """
     q, qd, qdd = (np.asarray(x, float) for x in (q, qd, qdd))
-    Y = inverse_dynamics_regressor(mech, qdd, parameter_vector(mech))   # (T, n, P)
-    dQ = -np.einsum("tnP,Pp->tnp", Y, deriv.pi)
-    for e, el in enumerate(mech.friction_elements):
-        if not (deriv.viscous[e].any() or deriv.coulomb[e].any()):
+    T, n = qdd.shape
+    p = deriv.pi.shape[1]
+    # the regressor is affine in qddot: Y(qdd) = Y(0) + sum_l qdd_l (Y(e_l) - Y(0)), so
+    # Y(qdd) dpi/dtheta is one product with the n + 1 regressors at 0 and the unit vectors
+    Yb = inverse_dynamics_regressor(mech, np.vstack([np.zeros(n), np.eye(n)]),
+                                    parameter_vector(mech)) @ deriv.pi    # (n + 1, n, p)
+    Y0 = Yb[0]
+    dQ = -(qdd @ (Yb[1:] - Y0).reshape(n, n * p)).reshape(T, n, p) - Y0
+    if friction is None:
+        friction = [(np.asarray(el.rate(q), float), None) for el in mech.friction_elements]
+    for el, (g, s), dv, dc in zip(mech.friction_elements, friction, deriv.viscous, deriv.coulomb):
+        cols_v, cols_c = np.flatnonzero(dv), np.flatnonzero(dc)
+        if not (cols_v.size or cols_c.size):
             continue
-        g = el.rate(q)
-        s = np.einsum("tn,tn->t", g, qd)
-        dQ += np.einsum("tn,p->tnp", -s[:, None] * g, deriv.viscous[e])
-        dQ += np.einsum("tn,p->tnp", -np.tanh(s / el.width)[:, None] * g, deriv.coulomb[e])
+        if s is None:
+            s = np.einsum("tn,tn->t", g, qd)
+        for j in cols_v:
+            dQ[:, :, j] -= (s * dv[j])[:, None] * g
+        if cols_c.size:
+            th = np.tanh(s / el.width)
+            for j in cols_c:
+                dQ[:, :, j] -= (th * dc[j])[:, None] * g
     if u is not None and deriv.gain.any():
-        unit = np.zeros((mech.n, len(mech.spec.motors)))         # d(B u)/dK_j = e_coord u_j
-        for j, motor in enumerate(mech.spec.motors):
-            unit[mech.coordinate_index(motor.coordinate), j] = 1.0
-        dQ += np.einsum("nk,tk,kp->tnp", unit, np.asarray(u, float), deriv.gain)
-    return np.einsum("tij,tjp->tip", np.asarray(d_Q, float), dQ)
+        u = np.asarray(u, float)
+        for k, motor in enumerate(mech.spec.motors):        # d(B u)/dK_k = e_coord u_k
+            i = mech.coordinate_index(motor.coordinate)
+            for j in np.flatnonzero(deriv.gain[k]):
+                dQ[:, i, j] += u[:, k] * deriv.gain[k, j]
+    return np.matmul(np.asarray(d_Q, float), dQ)
 
 
 def _filled(z: np.ndarray, has: np.ndarray) -> np.ndarray:
@@ -589,53 +796,99 @@ def initial_states(
     ``grid``: :func:`mbfg.model.sensors.readings_on_grid` of the recording.  Returns None
     when those readings do not fix every degree of freedom (the caller then needs another
     initialization)."""
+    return initial_states_many(mech, sensors, [grid], [dt], cutoff)[0]
+
+
+def initial_states_many(
+    mech: Mechanism,
+    sensors: ArrayLike,
+    grids: list,
+    dts: list,
+    cutoff: float = 0.05,
+) -> list:
+    """:func:`initial_states` of several recordings (``grids``, ``dts``: one per recording):
+    the same results, with the continuations of the recordings advancing together, so that
+    one position solve serves the k-th chunk of every recording (the solves are per state:
+    batching them changes nothing but the number of calls)."""
     from mbfg.model.kinematics import project_velocities_batch, solve_positions_batch
     from mbfg.model.scales import coordinate_scales
     from mbfg.model.sensors import AngleEncoder, Marker
-    fixed, cols = [], []
-    for s, (z, has) in zip(sensors, grid):
-        if not has.any():
+    runs = []   # per recording: (fixed, Z, q, guess, chunks) or None
+    for grid in grids:
+        fixed, cols = [], []
+        for s, (z, has) in zip(sensors, grid):
+            if not has.any():
+                continue
+            if isinstance(s, AngleEncoder) and s.coordinate is not None:
+                k = mech.coordinate_index(s.coordinate)
+                if k not in fixed:
+                    fixed.append(k)
+                    cols.append(np.unwrap(_filled(z, has)[:, 0]))
+            elif isinstance(s, Marker):
+                pc = mech.point_coords[s.point]
+                zz = _filled(z, has)
+                for j in range(2):
+                    if pc[j] >= 0 and int(pc[j]) not in fixed:
+                        fixed.append(int(pc[j]))
+                        cols.append(zz[:, j])
+        if len(fixed) < mech.dof:
+            runs.append(None)
             continue
-        if isinstance(s, AngleEncoder) and s.coordinate is not None:
-            k = mech.coordinate_index(s.coordinate)
-            if k not in fixed:
-                fixed.append(k)
-                cols.append(np.unwrap(_filled(z, has)[:, 0]))
-        elif isinstance(s, Marker):
-            pc = mech.point_coords[s.point]
-            zz = _filled(z, has)
-            for j in range(2):
-                if pc[j] >= 0 and int(pc[j]) not in fixed:
-                    fixed.append(int(pc[j]))
-                    cols.append(zz[:, j])
-    if len(fixed) < mech.dof:
-        return None
-    Z = _lowpass(np.stack(cols, axis=1), cutoff)
-    N = Z.shape[0]
-    scale = coordinate_scales(mech)[fixed]
-    q = np.empty((N, mech.n))
-    guess = np.array(mech.q0, float)
-    # the encoder's angle is known modulo 2 pi: start near the model's q0
-    for j, k in enumerate(fixed):
-        if k in tuple(mech.angle_coords):
-            shift = 2 * np.pi * np.round((guess[k] - Z[0, j]) / (2 * np.pi))
-            Z[:, j] += shift
-    # from the model's q0 to the first reading in small steps (the same assembly branch)
-    start = guess[fixed].copy()
-    hops = int(np.ceil(np.max(np.abs(Z[0] - start) / scale) / 0.2)) if N else 0
-    for h in range(1, hops + 1):
-        guess[fixed] = start + (Z[0] - start) * (h / hops)
-        guess = solve_positions_batch(mech, guess[None], fixed, guess[fixed][None])[0][0]
-    i = 0
-    while i < N:
-        moved = np.max(np.abs(Z[i:] - Z[i]) / scale, axis=1)
-        j = i + max(1, int(np.argmax(moved > 0.2)) if np.any(moved > 0.2) else N - i)
-        guess[fixed] = Z[i]
-        qs, _ = solve_positions_batch(mech, np.broadcast_to(guess, (j - i, mech.n)), fixed,
-                                      Z[i:j])
-        q[i:j] = qs
-        guess = qs[-1].copy()
-        i = j
-    qd = project_velocities_batch(mech, q, np.gradient(q, dt, axis=0)) if N > 1 else np.zeros_like(q)
-    qdd = np.gradient(qd, dt, axis=0) if N > 1 else np.zeros_like(q)
-    return q, qd, qdd
+        Z = _lowpass(np.stack(cols, axis=1), cutoff)
+        N = Z.shape[0]
+        scale = coordinate_scales(mech)[fixed]
+        guess = np.array(mech.q0, float)
+        # the encoder's angle is known modulo 2 pi: start near the model's q0
+        for j, k in enumerate(fixed):
+            if k in tuple(mech.angle_coords):
+                shift = 2 * np.pi * np.round((guess[k] - Z[0, j]) / (2 * np.pi))
+                Z[:, j] += shift
+        # from the model's q0 to the first reading in small steps (the same assembly branch)
+        start = guess[fixed].copy()
+        hops = int(np.ceil(np.max(np.abs(Z[0] - start) / scale) / 0.2)) if N else 0
+        for h in range(1, hops + 1):
+            guess[fixed] = start + (Z[0] - start) * (h / hops)
+            guess = solve_positions_batch(mech, guess[None], fixed, guess[fixed][None])[0][0]
+        chunks, i = [], 0
+        while i < N:
+            moved = np.max(np.abs(Z[i:] - Z[i]) / scale, axis=1)
+            j = i + max(1, int(np.argmax(moved > 0.2)) if np.any(moved > 0.2) else N - i)
+            chunks.append((i, j))
+            i = j
+        runs.append([fixed, Z, np.empty((N, mech.n)), guess, chunks])
+    # the k-th chunk of every recording (with the same fixed coordinates) in one solve; each
+    # chunk starts from the solution at the end of the previous one
+    live = [r for r in runs if r is not None]
+    for c in range(max((len(r[4]) for r in live), default=0)):
+        groups = {}
+        for r in live:
+            if c < len(r[4]):
+                groups.setdefault(tuple(r[0]), []).append(r)
+        for fixed, members in groups.items():
+            guesses, values = [], []
+            for r in members:
+                i, j = r[4][c]
+                g = r[3].copy()
+                g[list(fixed)] = r[1][i]
+                guesses.append(np.broadcast_to(g, (j - i, mech.n)))
+                values.append(r[1][i:j])
+            qs, _ = solve_positions_batch(mech, np.concatenate(guesses), list(fixed),
+                                          np.concatenate(values))
+            off = 0
+            for r in members:
+                i, j = r[4][c]
+                r[2][i:j] = qs[off:off + j - i]
+                r[3] = qs[off + j - i - 1].copy()
+                off += j - i
+    out = []
+    for r, dt in zip(runs, dts):
+        if r is None:
+            out.append(None)
+            continue
+        q = r[2]
+        N = q.shape[0]
+        qd = (project_velocities_batch(mech, q, np.gradient(q, dt, axis=0)) if N > 1
+              else np.zeros_like(q))
+        qdd = np.gradient(qd, dt, axis=0) if N > 1 else np.zeros_like(q)
+        out.append((q, qd, qdd))
+    return out

@@ -1,103 +1,230 @@
 """Levenberg-Marquardt over several step chains and one shared parameter vector.
 
 The problem (duck-typed, built by :mod:`mbfg.graphs.identification`) provides
-``linearize(Xs, theta) -> (GaussianFactorGraph, error)``, ``error(Xs, theta)``, ``keys`` (one
+``linear_system(Xs, theta, out=None) -> (system, error)`` (``out``: a system of the same
+problem no longer needed, whose arrays it may overwrite), ``error(Xs, theta)``, ``keys`` (one
 list of step keys per chain), ``theta_key``, ``p`` (parameter dimension, 0 when fixed) and
-``ordering()`` (every chain in time order, theta last).  Each iteration eliminates the linear
-system in that order, so its cost is linear in the number of steps.  By default gtsam
-eliminates every step (sequentially, with its default Cholesky on each front) and leaves the
-factors on theta alone: their Hessian is theta's marginal information (the Schur complement
-of the whole system onto theta, what gtsam's ``Marginals`` returns for that key, exact for the
-linear system), a small dense system solved by numpy and handed back to the Bayes net for the
-back-substitution.  (Eliminating theta inside gtsam too, as the root of the Bayes tree, trips
-gtsam's indefinite-pivot check on long recordings although the information is positive
-definite.)  Should a Cholesky still meet an indefinite pivot, sequential QR of the whole
-system (theta last; its last conditional's R^T R is the information) serves the rest of the
-solve.  Damping ``lambda ||delta||^2`` is added on every variable when a step raises the cost.
+``ordering()`` (every chain in time order, theta last).  The system
+(:class:`~mbfg.graphs.identification.JointSystem`) holds the whitened linearization as arrays:
+per chain one factor per step on (x_k, theta), one factor per pair of consecutive steps whose
+blocks are the same for every pair, a few linear factors on single steps; and theta's prior.
+
+**Elimination.**  The normal equations of a chain are block tridiagonal in its steps with a
+border (the steps' coupling to theta); the chains couple only through theta.  With the steps
+in time order (and each step's components in the order the system gives, where the pair
+blocks couple only nearby components) they form a band matrix H_ss of half-bandwidth b (d + 1
+for the identification graph's steps of dimension d), factored by LAPACK's banded Cholesky
+(``dpbtrf``: the steps eliminated in time order, the same elimination as gtsam's sequential
+Cholesky of the steps, in O(N d b^2)).  The border then gives theta's marginal information,
+the Schur complement S = H_tt - H_ts H_ss^-1 H_st (what gtsam's ``Marginals`` returns for that
+key), by one banded triangular solve of its p columns (``dtbtrs``); numpy solves theta's small
+dense system and the back-substitution gives every step.  Each solve costs O(N d b (b + p)),
+linear in the number of steps, and nothing per factor is done in Python.
+
+Should the Cholesky meet a pivot that is not positive (a singular or badly conditioned system),
+sequential QR of the whole system as a gtsam graph (theta last; its last conditional's R^T R
+is the information) serves the rest of the call: it only squares the square root of the
+conditioning.  Damping ``lambda ||delta||^2`` is added on every variable when a step raises
+the cost.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import gtsam
 import numpy as np
+from scipy.linalg.blas import dsyrk
+from scipy.linalg.lapack import dpbtrf, dtbtrs
 
-from mbfg.factors.gaussian import unit_noise
 from mbfg.solvers.batch import SolverStats, read_delta
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["JointStats", "optimize_joint", "parameter_information"]
+__all__ = ["JointStats", "optimize_joint", "parameter_information", "solve_joint"]
 
 
 @dataclass
 class JointStats(SolverStats):
     """:class:`~mbfg.solvers.batch.SolverStats` of the joint solve, plus ``reason``: why it
-    stopped, and ``elimination``: the method of the last solve (``"cholesky"`` or ``"qr"``)."""
+    stopped, ``elimination``: the method of the last solve (``"cholesky"`` or ``"qr"``), and
+    ``system``: the linear system at the returned point (``problem.linear_system``'s)."""
     reason: str = ""
     elimination: str = ""
+    system: object = field(default=None, repr=False, compare=False)
 
 
-def _eliminate(lin, problem, method):
-    """Solve the linear system ``lin``: ``(delta, information of theta or None)``.
+def _bandwidth(order: np.ndarray, B0: np.ndarray, B1: np.ndarray) -> int:
+    """Half-bandwidth of a chain's normal equations with its steps' components in ``order``:
+    the step's own (dense) block, and the nonzeros of the pair coupling B1^T B0 (H[(k+1) d
+    + i, k d + j] lies pos[i] - pos[j] + d below the diagonal)."""
+    d = order.size
+    kd = d - 1
+    if B0.size:
+        pos = np.empty(d, int)
+        pos[order] = np.arange(d)
+        i, j = np.nonzero(B1.T @ B0)
+        if i.size:
+            kd = max(kd, int(np.max(d + pos[i] - pos[j])))
+    return kd
 
-    ``"cholesky"``: gtsam's sequential elimination of every step (its default, Cholesky on
-    the steps' fronts) leaves the factors on theta alone; their Hessian is theta's marginal
-    information (p, p), solved by a dense Cholesky (numpy) and handed back to the Bayes net
-    as theta's conditional, whose back-substitution gives every step.  ``"qr"``: sequential
-    QR of the whole system, theta last; its last conditional's R^T R is the information.
-    A Cholesky that meets an indefinite pivot raises RuntimeError (the caller falls back to
-    QR)."""
-    p, tk = problem.p, problem.theta_key
-    if method == "qr":
-        bn = lin.eliminateSequential(gtsam.Ordering(problem.ordering()), gtsam.EliminateQR)
-        return bn.optimize(), (parameter_information(bn, p) if p else None)
-    steps = gtsam.Ordering([k for ks in problem.keys for k in ks])
+
+def _buffer(work: dict | None, name: str, shape: tuple) -> np.ndarray:
+    """An uninitialized array of ``shape``, reused from ``work`` (a dict owned by the caller)
+    when it already holds one: the same large arrays every iteration, so that their memory
+    is not faulted in again each time."""
+    if work is None:
+        return np.empty(shape)
+    buf = work.get(name)
+    if buf is None or buf.shape != shape:
+        buf = work[name] = np.empty(shape)
+    return buf
+
+
+def _permuted_columns(A: np.ndarray, order: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``A[..., order]`` written into ``out``; an order that interleaves equal blocks
+    (component s * k + i to position i * S + s, as the identification graph's q, v, a slots)
+    is a reshape and transpose, much cheaper than a gather."""
+    d = order.size
+    for S in range(2, d):
+        if d % S == 0 and np.array_equal(order, np.arange(d).reshape(S, d // S).T.reshape(-1)):
+            lead = A.shape[:-1]
+            np.copyto(out.reshape(lead + (d // S, S)),
+                      A.reshape(lead + (S, d // S)).swapaxes(-1, -2))
+            return out
+    return np.take(A, order, axis=-1, out=out)
+
+
+def _factor_chain(c, lam: float, p: int, work: dict | None = None):
+    """Banded Cholesky of one chain's step block (damped by ``lam``) and its forward solves.
+
+    Returns ``(L, kd, W, y, Htt, gt)``: the factor (LAPACK band storage), W = L^-1 H_st
+    (n, p), y = L^-1 g_s (n,), and the chain's own theta block H_tt (p, p) and gradient g_t
+    (p,) (g = -A^T e).  Raises RuntimeError when a pivot is not positive.  ``work``: reusable
+    buffers of this chain (the returned L, W, y live in them until the next call)."""
+    e = c.e
+    N, r, d = c.A_x.shape
+    n = N * d
+    order = np.asarray(c.order, int)
+    # every block in the step order (columns permuted once; the solution is permuted back)
+    Ax = _permuted_columns(c.A_x, order, _buffer(work, "Ax", (N, r, d)))
+    B0, B1 = c.B0[:, order], c.B1[:, order]
+    AxT = Ax.transpose(0, 2, 1)
+    Hd = np.matmul(AxT, Ax, out=_buffer(work, "Hd", (N, d, d)))
+    g = -np.matmul(AxT, e[:, :, None])[:, :, 0]                  # (N, d)
+    if c.e_pair.size:
+        Hd[:-1] += B0.T @ B0
+        Hd[1:] += B1.T @ B1
+        g[:-1] -= c.e_pair @ B0
+        g[1:] -= c.e_pair @ B1
+    for k, A, e0 in c.fixed:
+        A = A[:, order]
+        Hd[k] += A.T @ A
+        g[k] -= A.T @ e0
+    if lam > 0.0:
+        Hd += lam * np.eye(d)
+    kd = _bandwidth(order, c.B0, c.B1)
+    # LAPACK's lower band storage ab[i - j, j] = H[i, j], held transposed (C order) so that
+    # abT.T is the Fortran array dpbtrf wants: abT[j, i - j]
+    abT = _buffer(work, "band", (n, kd + 1))
+    abT.fill(0.0)
+    ab3 = abT.reshape(N, d, kd + 1)
+    for k in range(d):  # the k-th subdiagonal of the step blocks
+        ab3[:, :d - k, k] = np.diagonal(Hd, offset=-k, axis1=1, axis2=2)
+    if c.e_pair.size and N > 1:
+        Ho = B1.T @ B0                                           # H[(k+1) d + i, k d + j]
+        i, j = np.nonzero(Ho)
+        ab3[:-1, j, d + i - j] = Ho[i, j]
+    L, info = dpbtrf(abT.T, lower=1, overwrite_ab=1)
+    if info != 0:
+        raise RuntimeError(f"the Cholesky factorization met a non-positive pivot ({info})")
+    # forward solves of the border's p columns and the gradient at once (Fortran order:
+    # R (p + 1, n) in C order is R.T (n, p + 1) in Fortran order)
+    R = _buffer(work, "rhs", (p + 1, n))
+    if p:
+        rt = c.A_t.shape[1]                                      # A_t: the last rt rows
+        np.matmul(c.A_t.transpose(0, 2, 1), Ax[:, r - rt:],      # H_ts (N, p, d)
+                  out=R[:p].reshape(p, N, d).transpose(1, 0, 2))
+    R[p] = g.reshape(n)
+    Y, info = dtbtrs(L, R.T, uplo="L", trans="N", overwrite_b=1)
+    if info != 0:  # pragma: no cover - dpbtrf's pivots are positive
+        raise RuntimeError(f"the triangular solve failed ({info})")
+    W, y = Y[:, :p], Y[:, p]
+    if p:
+        At = c.A_t.reshape(-1, p)
+        Htt, gt = At.T @ At, -(At.T @ e[:, r - c.A_t.shape[1]:].reshape(-1))
+    else:
+        Htt, gt = np.zeros((0, 0)), np.zeros(0)
+    return L, kd, W, y, Htt, gt
+
+
+def _back_chain(c, L, W, y, dtheta):
+    """The steps' delta (N, d) of one chain by back-substitution L^T x = y - W dtheta."""
+    rhs = y - W @ dtheta if dtheta is not None and W.shape[1] else y.copy()
+    x, info = dtbtrs(L, rhs[:, None], uplo="L", trans="T", overwrite_b=1)
+    if info != 0:  # pragma: no cover
+        raise RuntimeError(f"the triangular solve failed ({info})")
+    N, _, d = c.A_x.shape
+    out = np.empty((N, d))
+    out[:, np.asarray(c.order, int)] = x[:, 0].reshape(N, d)
+    return out
+
+
+def solve_joint(system: object, lam: float = 0.0, work: dict | None = None) -> tuple:
+    """Gauss-Newton (``lam`` = 0) or damped step of ``system`` by banded Cholesky (module
+    docstring): ``(dxs, dtheta, information)`` with dxs one (N, d) array per chain, dtheta
+    (p,) or None and the Schur complement S (p, p) of the (damped) system on theta, its
+    marginal information (None when p = 0).  Raises RuntimeError when a pivot is not
+    positive.  ``work``: a dict the caller keeps between calls, for reusable buffers."""
+    p = system.p
+    parts = [_factor_chain(c, lam, p, None if work is None else work.setdefault(("chain", i), {}))
+             for i, c in enumerate(system.chains)]
     if not p:
-        return lin.eliminateSequential(steps).optimize(), None
-    bn, rest = lin.eliminatePartialSequential(steps)
-    H, eta = rest.hessian()  # theta's marginal information and information vector
-    H = 0.5 * (np.asarray(H, float) + np.asarray(H, float).T)
+        return [_back_chain(c, L, W, y, None) for c, (L, _, W, y, _, _) in
+                zip(system.chains, parts)], None, None
+    S = system.W.T @ system.W + lam * np.eye(p)
+    gt = -(system.W.T @ system.e_theta)
+    for _, _, W, y, Htt, g in parts:
+        U = np.triu(dsyrk(1.0, W, trans=1))      # W^T W by BLAS syrk: its upper triangle
+        S += Htt - (U + np.triu(U, 1).T)
+        gt += g - W.T @ y
+    S = 0.5 * (S + S.T)
     try:
-        Lc = np.linalg.cholesky(H)
+        Lc = np.linalg.cholesky(S)
     except np.linalg.LinAlgError:
         raise RuntimeError("theta's marginal information is not positive definite") from None
-    dtheta = np.linalg.solve(Lc.T, np.linalg.solve(Lc, np.asarray(eta, float)))
-    root = gtsam.GaussianFactorGraph()
-    root.add(tk, Lc.T, Lc.T @ dtheta, unit_noise(p))
-    bn.push_back(root.eliminateSequential(gtsam.Ordering([tk]), gtsam.EliminateQR))
-    return bn.optimize(), H
+    dtheta = np.linalg.solve(Lc.T, np.linalg.solve(Lc, gt))
+    dxs = [_back_chain(c, L, W, y, dtheta) for c, (L, _, W, y, _, _) in
+           zip(system.chains, parts)]
+    return dxs, dtheta, S
 
 
-def _solve(lin, lam, problem, Xs, theta, method="cholesky"):
-    if lam > 0.0:
-        damped = gtsam.GaussianFactorGraph()
-        damped.push_back(lin)
-        for ks, X in zip(problem.keys, Xs):
-            d = X.shape[1]
-            s, z, model = np.sqrt(lam) * np.eye(d), np.zeros(d), unit_noise(d)
-            for k in ks:
-                damped.add(k, s, z, model)
-        if problem.p:
-            p = problem.p
-            damped.add(problem.theta_key, np.sqrt(lam) * np.eye(p), np.zeros(p), unit_noise(p))
-        lin = damped
-    try:
-        delta, info = _eliminate(lin, problem, method)
-    except RuntimeError:  # an indefinite pivot in Cholesky: QR tells a singular system
-        if method == "qr":
-            raise
-        method = "qr"
-        delta, info = _eliminate(lin, problem, method)
-    return delta, info, method
+def _solve_qr(system, lam, problem):
+    """The same step by sequential QR of the system as a gtsam graph (theta last)."""
+    lin = system.graph(lam)
+    bn = lin.eliminateSequential(gtsam.Ordering(problem.ordering()), gtsam.EliminateQR)
+    delta = bn.optimize()
+    dxs = [read_delta(delta, ks) for ks in problem.keys]
+    if not problem.p:
+        return dxs, None, None
+    return dxs, np.asarray(delta.at(problem.theta_key), float), parameter_information(
+        bn, problem.p)
 
 
-def _update(problem, Xs, theta, delta):
-    new = [X + read_delta(delta, ks) for ks, X in zip(problem.keys, Xs)]
-    th = theta + delta.at(problem.theta_key) if problem.p else theta
+def _solve(system, lam, problem, method="cholesky", work=None):
+    if method == "cholesky":
+        try:
+            return (*solve_joint(system, lam, work), method)
+        except RuntimeError:  # a non-positive pivot: QR tells a singular system
+            method = "qr"
+    return (*_solve_qr(system, lam, problem), method)
+
+
+def _update(problem, Xs, theta, dxs, dtheta):
+    new = [X + dx for X, dx in zip(Xs, dxs)]
+    th = theta + dtheta if problem.p else theta
     return new, th
 
 
@@ -128,6 +255,8 @@ def optimize_joint(
     progress: Callable | None = None,
     method: str = "cholesky",
     information: bool = True,
+    initial: tuple | None = None,
+    work: dict | None = None,
 ) -> tuple:
     """Minimize ``problem.error`` over the step arrays ``Xs`` and ``theta``.
 
@@ -137,29 +266,43 @@ def optimize_joint(
     a row (tight constraint rows make long steps leave the manifold to second order and the
     next step returns); if that does not reach a new best point, the best point is restored
     and damping used from there.  A trial point is linearized at once, so an accepted step's
-    system is built once.  ``method``: ``"cholesky"`` (the steps by gtsam's default
-    elimination, theta's small dense system by numpy, see :func:`_eliminate`; an indefinite
-    pivot falls back to QR, which then serves the rest of the call; ``stats.elimination``
-    says which one solved last) or ``"qr"`` (sequential QR of everything: slower, but only
-    the square root of the system's conditioning).  ``information=False`` returns no
-    information (an intermediate stage: saves the elimination at the final point when the
-    last one was damped).  Never raises on non-convergence: ``stats.converged`` and
-    ``stats.reason`` say what happened (the caller decides)."""
+    system is built once.  ``method``: ``"cholesky"`` (banded Cholesky of the steps, theta's
+    small dense system by numpy, see :func:`solve_joint`; a non-positive pivot falls back to
+    QR, which then serves the rest of the call; ``stats.elimination`` says which one solved
+    last) or ``"qr"`` (gtsam's sequential QR of everything: much slower, but only the square
+    root of the system's conditioning).  ``information=False`` returns no information (an
+    intermediate stage: saves the elimination at the final point when the last one was
+    damped).  ``initial``: ``problem.linear_system(Xs, theta)``'s result when the caller
+    already has it; ``work``: a dict for the elimination's buffers and spare systems, which
+    the caller may share between calls on systems of the same size.  Never raises on
+    non-convergence: ``stats.converged`` and ``stats.reason`` say what happened (the caller
+    decides)."""
     t0 = time.perf_counter()
     Xs = [np.array(X, float) for X in Xs]
     theta = np.array(theta, float)
-    lin, err = problem.linearize(Xs, theta)
+    lin, err = problem.linear_system(Xs, theta) if initial is None else initial
     stats = JointStats(initial_error=err)
     stats.history.append(err)
     lam = 0.0
     bn = None  # theta's information of the last undamped solve at the best point
     best = (Xs, theta, err, lin)
     trial = 0  # consecutive undamped steps taken although they raised the cost
+    work = {} if work is None else work  # the elimination's buffers, reused by every solve
+    # systems no longer referenced (also those the caller's earlier calls left in ``work``):
+    # their arrays hold the next linearization
+    spares = work.setdefault("spares", [])
+
+    def recycle(*systems):
+        for s in systems:
+            if (s is not None and s is not lin and s is not best[3]
+                    and not any(s is x for x in spares)):
+                spares.append(s)
+
     while stats.iterations < max_iterations:
         stats.iterations += 1
         try:
-            delta, bn_try, method = _solve(lin, lam, problem, Xs, theta, method)
-            predicted = float(lin.error(delta))
+            dxs, dtheta, bn_try, method = _solve(lin, lam, problem, method, work)
+            predicted = float(lin.error(dxs, dtheta))
         except RuntimeError:  # indeterminant system: damp
             predicted = np.inf
         if (lam == 0.0 and trial == 0 and np.isfinite(predicted)
@@ -169,24 +312,27 @@ def optimize_joint(
             stats.converged, stats.reason = True, "the Gauss-Newton model predicts no decrease"
             bn = bn_try
             break
-        new_err = np.inf
+        new_err, lin_new = np.inf, None
         if np.isfinite(predicted):
             # the trial point is linearized at once: when it is accepted (most steps) that is
             # the next iteration's system, evaluated once
-            Ys, th = _update(problem, Xs, theta, delta)
+            Ys, th = _update(problem, Xs, theta, dxs, dtheta)
             try:
-                lin_new, new_err = problem.linearize(Ys, th)
+                lin_new, new_err = problem.linear_system(Ys, th,
+                                                         out=spares.pop() if spares else None)
             except (RuntimeError, FloatingPointError, np.linalg.LinAlgError):
                 new_err = np.inf
         if progress is not None:
             progress(stats.iterations, max_iterations, f"cost {min(best[2], new_err):.6e}")
         if np.isfinite(new_err) and new_err <= best[2]:
             decrease = best[2] - new_err
+            old = (lin, best[3])
             Xs, theta, err, lin = Ys, th, new_err, lin_new
             stats.history.append(err)
             lam = 0.0 if lam <= initial_lambda else lam / 10.0
             trial = 0
             best = (Xs, theta, err, lin)
+            recycle(*old)
             if decrease <= relative_tolerance * err:
                 stats.converged, stats.reason = True, "relative decrease below tolerance"
                 break
@@ -195,32 +341,36 @@ def optimize_joint(
             # tight constraint rows make a long step leave the manifold to second order; the
             # next undamped step returns to it: take it and judge it by the next one
             trial += 1
+            old = lin
             Xs, theta, err, lin = Ys, th, new_err, lin_new
+            recycle(old)
             continue
         if trial:  # the watchdog steps did not pay off: back to the best point, damped
+            old = lin
             Xs, theta, err, lin = best
+            recycle(old, lin_new)
             trial = 0
             lam = initial_lambda
             continue
+        recycle(lin_new)
         lam = initial_lambda if lam == 0.0 else lam * 10.0
         if lam > 1e12:
             stats.reason = "damping exhausted"
             break
     else:
         stats.reason = f"{max_iterations} iterations reached"
+    old = lin
     Xs, theta, err, lin = best
+    recycle(old)
     if bn is not None and trial:
         bn = None
     info = None
     if problem.p and information:
         if bn is None:  # information at the final point (undamped)
-            try:
-                bn = _eliminate(lin, problem, method)[1]
-            except RuntimeError:
-                method = "qr"
-                bn = _eliminate(lin, problem, method)[1]
+            _, _, bn, method = _solve(lin, 0.0, problem, method, work)
         info = bn
     stats.final_error = err
     stats.elimination = method
+    stats.system = lin
     stats.seconds = time.perf_counter() - t0
     return Xs, theta, stats, info
