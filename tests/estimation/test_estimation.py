@@ -32,7 +32,9 @@ def encoder_runs(fourbar):
     sensors = sensor_setups()["encoder"]
     readings = _readings(proto, sensors, truth, 1)
     n = len(truth[0])
-    online = estimate_online(model, sensors, readings, DT, n, q0=q0, covariance=True)
+    # the same (constant) settings for both, so that the batch is compared like for like
+    online = estimate_online(model, sensors, readings, DT, n, q0=q0, covariance=True,
+                             settings=EstimatorSettings())
     batch = estimate_batch(model, sensors, readings, DT, n, q0=q0, covariance=True,
                            init=np.hstack([online.q_smoothed, online.qd_smoothed,
                                            online.qdd_smoothed]))
@@ -210,3 +212,57 @@ def test_force_coordinate_names():
     assert problem(("theta0", 1)).force_indices == (names.index("theta0"), 1)
     with pytest.raises(UsageError, match="points"):
         problem("all")
+
+
+def test_default_online_settings_come_from_the_mechanism_scales():
+    """fg-online's default noise, priors and weight-error state are derived from the
+    mechanism (characteristic length ell, omega_c = sqrt(g / ell), gravity forces) and dt;
+    without gravity the plain settings (no force state) are used."""
+    import dataclasses
+
+    from mbfg.graphs.estimation import (INITIAL_SPREAD, MODEL_ERROR, WEIGHT_TIME,
+                                        scaled_settings)
+    from mbfg.model import build_mechanism
+    _, model, _ = review_fourbar()
+    st = scaled_settings(model, DT)
+    ell = np.sqrt(np.mean([b.length ** 2 for b in model.spec.bodies]))
+    w = np.sqrt(8.81 / ell)
+    s = np.where(np.arange(model.n) == model.coordinate_index("theta0"), 1.0, ell)
+    np.testing.assert_allclose(st.sigma_dynamics, MODEL_ERROR * w ** 2 * s)
+    np.testing.assert_allclose(st.sigma_q0, INITIAL_SPREAD * s)
+    np.testing.assert_allclose(st.sigma_v0, INITIAL_SPREAD * w * s)
+    names = [model.coordinate_names[i] for i in st.force_coordinates]
+    assert names == ["y1", "y2"]                 # gravity acts on the points' y only
+    Qg = model.gravity_forces()[list(st.force_coordinates)]
+    np.testing.assert_allclose(st.sigma_force0, MODEL_ERROR * np.abs(Qg))
+    np.testing.assert_allclose(st.sigma_force_walk, st.sigma_force0 * np.sqrt(DT / WEIGHT_TIME))
+    assert st.sigma_weight == MODEL_ERROR
+    # the same settings are what estimate_online (and the registry's fg-online) use by default
+    proto, _, q0 = review_fourbar()
+    sensors = sensor_setups()["gyro-crank"]
+    truth = simulate_prototype(proto, 0.2, DT)
+    readings = _readings(proto, sensors, truth, 5)
+    n = len(truth[0])
+    a = mbfg.estimate(model, sensors, readings, DT, n, method="fg-online", q0=q0)
+    b = estimate_online(model, sensors, readings, DT, n, q0=q0, settings=st)
+    np.testing.assert_array_equal(a.q, b.q)
+    assert a.Q is not None and np.any(a.Q != 0.0)
+    flat = build_mechanism(dataclasses.replace(model.spec, gravity=(0.0, 0.0)))
+    plain = scaled_settings(flat, DT)
+    assert plain == EstimatorSettings()
+
+
+def test_weight_prior_is_correlated_along_gravity():
+    """sigma_weight adds the fully correlated part sigma_weight Q_g to the force prior: the
+    whitened prior's covariance is diag(sigma_force0^2) + sigma_weight^2 Q_g Q_g^T."""
+    from mbfg.graphs.estimation import ObservedProblem
+    _, model, q0 = review_fourbar()
+    idx = (1, 3)
+    st = EstimatorSettings(force_coordinates=idx, sigma_force0=np.array([2.0, 3.0]),
+                           sigma_weight=0.1)
+    prob = ObservedProblem(model, (), [], 10, st, DT)
+    prior = prob.initial_priors(q0, np.zeros(model.n))[-1]
+    A = prior.A @ prob.layout.selector("Q").T            # whitening matrix of the Q slot
+    C = np.linalg.inv(A.T @ A)
+    g = model.gravity_forces()[list(idx)]
+    np.testing.assert_allclose(C, np.diag([4.0, 9.0]) + 0.01 * np.outer(g, g), rtol=1e-10)

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from mbfg.model.sensors import Sensor
     from mbfg.results import EstimationResult
 
-__all__ = ["ESTIMATORS", "review_fourbar", "sensor_setups", "simulate_prototype", "metrics",
+__all__ = ["ESTIMATORS", "review_fourbar", "sensor_setups", "CONDITIONS", "review_condition",
+           "thin_readings", "simulate_prototype", "metrics",
            "all_metrics", "run_case", "coverage", "COVERAGE_AFTER", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA",
            "MODEL_GRAVITY", "ANGLE_OFFSET", "CRANK"]
 
@@ -53,19 +54,29 @@ PUBLISHED = {
 """What Sect. 12 of the review states in its text for each sensor setup."""
 
 
-def review_fourbar() -> tuple[Mechanism, Mechanism, np.ndarray]:
+def review_fourbar(gravity: float = MODEL_GRAVITY, offset: float = ANGLE_OFFSET,
+                   coupler_mass_factor: float = 1.0) -> tuple[Mechanism, Mechanism, np.ndarray]:
     """(prototype, model, model_q0): the review's four-bar (the bundled ``fourbar-review``)
-    and the estimator's model, whose gravity is -8.81 m/s^2 and whose initial crank angle is
-    pi/3 + pi/16 (assembled; the model mechanism's ``q0`` is that configuration too)."""
+    and the estimator's model, whose gravity is ``gravity`` (-8.81 m/s^2) and whose initial
+    crank angle is pi/3 + ``offset`` (pi/16) (assembled; the model mechanism's ``q0`` is that
+    configuration too).  ``coupler_mass_factor``: the prototype's coupler (body 1) is that
+    much heavier than the model's (mass and moment of inertia; centre of mass unchanged)."""
     from mbfg.loader import load_spec
     from mbfg.model import build_mechanism
     from mbfg.model import kinematics as K
     from mbfg.resources import mechanism_path
     spec = load_spec(mechanism_path("fourbar-review"))
-    proto = build_mechanism(spec)
-    model = build_mechanism(dataclasses.replace(spec, gravity=(0.0, MODEL_GRAVITY)))
+    proto_spec = spec
+    if coupler_mass_factor != 1.0:
+        bodies = list(spec.bodies)
+        b = bodies[1]
+        bodies[1] = dataclasses.replace(b, mass=b.mass * coupler_mass_factor,
+                                        I0=b.I0 * coupler_mass_factor)
+        proto_spec = dataclasses.replace(spec, bodies=tuple(bodies))
+    proto = build_mechanism(proto_spec)
+    model = build_mechanism(dataclasses.replace(spec, gravity=(0.0, float(gravity))))
     k = model.coordinate_index(CRANK)
-    q0 = K.solve_finite_displacement(model, model.q0, [k], [model.q0[k] + ANGLE_OFFSET])
+    q0 = K.solve_finite_displacement(model, model.q0, [k], [model.q0[k] + offset])
     q0 = np.asarray(q0, float)
     try:
         model = dataclasses.replace(model, q0=q0)
@@ -74,13 +85,45 @@ def review_fourbar() -> tuple[Mechanism, Mechanism, np.ndarray]:
     return proto, model, q0
 
 
-def sensor_setups() -> dict:
-    """The review's three single-sensor setups: name -> SensorSet."""
+def sensor_setups(noise: float = 1.0) -> dict:
+    """The review's three single-sensor setups: name -> SensorSet (sigmas times ``noise``)."""
     return {
-        "encoder": SensorSet([AngleEncoder(coordinate=CRANK, sigma=ENCODER_SIGMA)]),
-        "gyro-coupler": SensorSet([Gyroscope(body=1, sigma=GYRO_SIGMA)]),
-        "gyro-crank": SensorSet([Gyroscope(body=0, sigma=GYRO_SIGMA)]),
+        "encoder": SensorSet([AngleEncoder(coordinate=CRANK, sigma=noise * ENCODER_SIGMA)]),
+        "gyro-coupler": SensorSet([Gyroscope(body=1, sigma=noise * GYRO_SIGMA)]),
+        "gyro-crank": SensorSet([Gyroscope(body=0, sigma=noise * GYRO_SIGMA)]),
     }
+
+
+CONDITIONS = {
+    "review": {},
+    "gravity -10.81": {"gravity": -10.81},
+    "angle -pi/16": {"offset": -math.pi / 16},
+    "angle +pi/8": {"offset": math.pi / 8},
+    "noise x3": {"noise": 3.0},
+    "every 4th step": {"stride": 4},
+    "coupler +20 %": {"gravity": -9.81, "coupler_mass_factor": 1.2},
+}
+"""The review's benchmark (model gravity -8.81 m/s^2 against the prototype's -9.81, initial
+crank angle off by +pi/16, a reading every 5 ms step) and the conditions of issue 14 that
+change one thing each: the model's gravity, the initial angle error, the sensors' noise
+(sigma x3, also the sigma the estimators assume), one reading every 4th step, or, instead
+of the gravity error, a prototype whose coupler is 20 % heavier than the model's."""
+
+
+def review_condition(name: str) -> tuple:
+    """(prototype, model, model_q0, sensor setups, stride) of the condition ``name`` of
+    :data:`CONDITIONS`; ``stride``: keep every stride-th reading (:func:`thin_readings`)."""
+    c = CONDITIONS[name]
+    proto, model, q0 = review_fourbar(gravity=c.get("gravity", MODEL_GRAVITY),
+                                      offset=c.get("offset", ANGLE_OFFSET),
+                                      coupler_mass_factor=c.get("coupler_mass_factor", 1.0))
+    return proto, model, q0, sensor_setups(c.get("noise", 1.0)), int(c.get("stride", 1))
+
+
+def thin_readings(readings: Sequence, stride: int) -> list:
+    """Every ``stride``-th reading of each sensor (a slower sensor on the same grid)."""
+    from mbfg.model.sensors import Readings
+    return [Readings(r.steps[::stride], r.values[::stride]) for r in readings]
 
 
 _PROTO_CACHE: dict = {}

@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING
 import gtsam
 import numpy as np
 
-from mbfg.graphs.estimation import ONLINE_FORCE_SETTINGS, EstimatorSettings, ObservedProblem
+from mbfg.graphs.estimation import (ONLINE_FORCE_SETTINGS, EstimatorSettings, ObservedProblem,
+                                   scaled_settings)
 from mbfg.model import kinematics as K
 from mbfg.results import EstimationResult, Stats
 from mbfg.solvers.batch import linearize, optimize
@@ -60,12 +61,14 @@ if TYPE_CHECKING:
     from mbfg.model.sensors import Sensor, SensorSet
 
 __all__ = ["estimate_online", "estimate_batch", "EstimatorSettings", "ONLINE_FORCE_SETTINGS",
-           "window_steps"]
+           "scaled_settings", "window_steps"]
 
 
 def _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0, forces=None,
-           robust=None):
-    est = settings or EstimatorSettings()
+           robust=None, scaled=False):
+    if settings is None:
+        settings = scaled_settings(model, dt) if scaled else EstimatorSettings()
+    est = settings
     if robust is not None:
         est = dataclasses.replace(est, robust=robust)
     q0, qd0 = K.release_state(model, q0, qd0)
@@ -146,6 +149,9 @@ def estimate_online(
         encoder read every 4th step: 4 x ``window`` steps), so that it always holds about
         ``window`` readings (:func:`window_steps`; ``stats["window"]`` is the length used).
     settings : EstimatorSettings, optional
+        Default: :func:`~mbfg.graphs.estimation.scaled_settings` of ``model`` and ``dt``,
+        noise and priors derived from the mechanism's scales, with an unknown weight error
+        as force state (``fg-online``; no tuning to any benchmark).
     q0, qd0 : (n,), optional
         Initial guess of the state (default: the model's ``q0`` at rest).
     forces : None, (n,) or callable t -> (n,)
@@ -164,7 +170,7 @@ def estimate_online(
     """
     t0 = time.perf_counter()
     est, q0, qd0, problem = _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0,
-                                   forces, robust)
+                                   forces, robust, scaled=True)
     N = int(n_steps)
     lay = problem.layout
     window = window_steps(readings, window, N)

@@ -19,12 +19,16 @@ from mbfg.graphs.layout import StepLayout
 from mbfg.model.sensors import readings_on_grid
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from numpy.typing import ArrayLike
 
     from mbfg.graphs.linear_blocks import BinaryLinear
+    from mbfg.model.mechanism import Mechanism
     from mbfg.graphs.terms import StackedTerm
 
 __all__ = ["EstimatorSettings", "ONLINE_FORCE_SETTINGS", "ObservedProblem", "ROBUST_LOSSES",
+           "scaled_settings", "MODEL_ERROR", "INITIAL_SPREAD", "WEIGHT_TIME",
            "ROBUST_WIDTH", "robust_weights"]
 
 
@@ -111,6 +115,11 @@ class EstimatorSettings:
         bounded (Huber) or vanishing (Cauchy) force.  None: Gaussian (least squares).
     robust_width : c, in sensor sigmas (default 1.345 for Huber and 2.385 for Cauchy, the
         usual 95 %-efficiency constants)
+    sigma_weight : relative error of the model's weights (dimensionless, default 0): the prior
+        of the force slot gets a fully correlated part ``sigma_weight`` times the model's
+        gravity generalized force on the force coordinates (a wrong gravity, or all masses off
+        by the same fraction, is exactly such a force in natural coordinates), on top of the
+        independent ``sigma_force0`` of each coordinate
     max_iterations : Gauss-Newton solves per step (online) or in total (batch)
     relative_tolerance : online window convergence: the Gauss-Newton model predicts a decrease
         of at most this fraction of the window error (1e-3: the remaining change of the
@@ -130,6 +139,7 @@ class EstimatorSettings:
     relative_tolerance: float = 1e-3
     robust: str | None = None
     robust_width: float | None = None
+    sigma_weight: float = 0.0
 
     def __post_init__(self):
         if self.robust not in ROBUST_LOSSES:
@@ -152,6 +162,63 @@ ONLINE_FORCE_SETTINGS = EstimatorSettings(force_coordinates="points", sigma_forc
 """An unknown, slowly varying force on every point coordinate (a few newtons; it learns e.g.
 a wrong gravity): ``fg-online+force`` of the benchmark and ``mbfg estimate --unknown-force``
 (with its coordinates).  Tuned on seeds 0-3 of the review's four-bar benchmark."""
+
+
+MODEL_ERROR = 0.1
+"""Relative model error the scaled settings assume (dimensionless): the white process noise is
+MODEL_ERROR omega_c^2 s per coordinate, the unknown weight error MODEL_ERROR of the model's
+weights (the particle filter's ``model_error`` has the same default)."""
+INITIAL_SPREAD = 0.25
+"""Prior standard deviation of the initial state about the guess, in units of each
+coordinate's scale s (and omega_c s for the rates) (the particle filter's initial spread)."""
+WEIGHT_TIME = 1000.0
+"""Time [s] over which the estimated weight error may drift by its prior: the weights are
+constant, the walk only keeps the force state from freezing (the step's walk is
+sigma_force0 sqrt(dt / WEIGHT_TIME))."""
+
+
+def scaled_settings(mech: Mechanism, dt: float, **overrides: Any) -> EstimatorSettings:
+    """:class:`EstimatorSettings` derived from the mechanism's scales (no per-benchmark
+    tuning; the default of the online estimator).
+
+    With ell the characteristic length, s each coordinate's scale (ell for a point
+    coordinate, 1 for an angle, :func:`mbfg.model.scales.coordinate_scales`), g = |gravity|
+    and omega_c = sqrt(g / ell):
+
+    * white process noise ``sigma_dynamics`` = MODEL_ERROR omega_c^2 s (a tenth of the
+      gravity acceleration scale, per coordinate);
+    * initial priors ``sigma_q0`` = INITIAL_SPREAD s and ``sigma_v0`` = INITIAL_SPREAD
+      omega_c s;
+    * an unknown **weight error** as the force state: on every point coordinate on which
+      the model's gravity acts (in natural coordinates a gravity or mass error is a constant
+      generalized force there), with prior MODEL_ERROR |Q_g,i| on each coordinate
+      (independent errors of the lumped weights) plus a fully correlated part MODEL_ERROR
+      Q_g (``sigma_weight``: a wrong gravity or all masses off by the same fraction), and a
+      slow random walk ``sigma_force0 sqrt(dt / WEIGHT_TIME)`` per step;
+
+    the observation factors have each sensor's own sigma.  Without gravity there is no
+    acceleration scale: the plain :class:`EstimatorSettings` (no force state) are returned.
+    ``overrides`` replace fields of the result."""
+    import dataclasses
+
+    from mbfg.model.scales import characteristic_length, coordinate_scales
+    g = float(np.hypot(*mech.gravity))
+    if not g > 0.0:
+        return dataclasses.replace(EstimatorSettings(), **overrides)
+    s = coordinate_scales(mech)
+    w = float(np.sqrt(g / characteristic_length(mech)))
+    Qg = np.asarray(mech.gravity_forces(), float)
+    pc = np.asarray(mech.point_coords, int)
+    pc = np.unique(pc[pc >= 0])
+    weighed = pc[np.abs(Qg[pc]) > 1e-12 * max(float(np.max(np.abs(Qg))), 1e-300)]
+    sigma_f0 = MODEL_ERROR * np.abs(Qg[weighed])
+    settings = EstimatorSettings(
+        sigma_dynamics=MODEL_ERROR * w ** 2 * s,
+        sigma_q0=INITIAL_SPREAD * s, sigma_v0=INITIAL_SPREAD * w * s,
+        force_coordinates=tuple(int(i) for i in weighed), sigma_force0=sigma_f0,
+        sigma_weight=MODEL_ERROR if weighed.size else 0.0,
+        sigma_force_walk=sigma_f0 * float(np.sqrt(dt / WEIGHT_TIME)))
+    return dataclasses.replace(settings, **overrides)
 
 
 def _coordinate_indices(mech, coords) -> tuple:
@@ -215,7 +282,15 @@ class ObservedProblem(LeastSquaresProblem):
             sq[others] = sv[others] = np.inf
         out = [L.prior(lay, row, "q", q_start, sq), L.prior(lay, row, "v", v_start, sv)]
         if self.force_indices:
-            out.append(L.prior(lay, row, "Q", np.zeros(len(self.force_indices)), e.sigma_force0))
+            nf = len(self.force_indices)
+            s0 = np.broadcast_to(np.asarray(e.sigma_force0, float), (nf,))
+            if e.sigma_weight:
+                g = np.asarray(self.mech.gravity_forces(), float)[list(self.force_indices)]
+                C = np.diag(s0 ** 2) + float(e.sigma_weight) ** 2 * np.outer(g, g)
+                W = np.linalg.inv(np.linalg.cholesky(C))        # whitening: W C W^T = I
+                out.append(L.UnaryLinear([row], W @ lay.selector("Q"), np.zeros(nf)))
+            else:
+                out.append(L.prior(lay, row, "Q", np.zeros(nf), s0))
         return out
 
     def link_term(self, rows0: ArrayLike) -> BinaryLinear:
