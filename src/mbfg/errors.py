@@ -104,14 +104,31 @@ class ConvergenceError(SolverError):
     partial : object or None
         What a long run computed before it failed (a driver sets it: for the simulation
         drivers a :class:`~mbfg.results.TrajectoryResult` up to the last good step).
+    time : float
+        Simulated time [s] of the step that failed (NaN when the solver is not a time
+        stepper; a driver sets it with :meth:`at_time`).
     """
 
     partial = None
 
-    def __init__(self, message: str, *, residual: float = float("nan"), iterations: int = 0):
+    def __init__(self, message: str, *, residual: float = float("nan"), iterations: int = 0,
+                 time: float = float("nan")):
+        self.message = message
         self.residual = float(residual)
         self.iterations = int(iterations)
-        super().__init__(f"{message} (residual {self.residual:.3e} after {self.iterations} iterations)")
+        self.time = float(time)
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        when = "" if self.time != self.time else f", at t = {self.time:.6g} s"
+        return (f"{self.message} (residual {self.residual:.3e} after {self.iterations} "
+                f"iterations{when})")
+
+    def at_time(self, time: float) -> "ConvergenceError":
+        """Set the time [s] of the failing step (also in the message); returns self."""
+        self.time = float(time)
+        self.args = (self._format(),)
+        return self
 
 
 class LockupError(SolverError):

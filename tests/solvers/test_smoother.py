@@ -9,6 +9,7 @@ import pytest
 from conftest import load
 from mbfg.errors import ConvergenceError
 from mbfg.model import constraints as C
+from mbfg.model.dynamics import forward_dynamics
 from mbfg.model.integrate import integrate_reference
 from mbfg.drivers.forward_dynamics import make_problem, simulate_batch
 from mbfg.model.kinematics import release_state
@@ -129,11 +130,39 @@ def test_non_convergence_raises_with_residual_and_keeps_the_trajectory():
     part = info.value.partial
     assert part is not None and part.q.shape[1] == mech.n and not part.stats["converged"]
     np.testing.assert_allclose(part.q[0], mech.q0, atol=1e-12)
+    # the error says when: the step after the last one kept
+    assert info.value.time == pytest.approx(part.t[-1] + 2e-2)
+    assert f"t = {info.value.time:.6g} s" in str(info.value)
+    # every kept step is a solved one, on the manifold (also the step that left the window
+    # in the failing advance)
+    assert np.max(np.abs(C.position_constraints(mech, part.q))) <= 1e-8
     # a wild initial velocity far off the constraint manifold is projected first, so a large
     # step size is what makes the per-step problem too nonlinear for two iterations
     with pytest.raises(ConvergenceError) as info:
         simulate_smoother(mech, 1.0, 0.2, qd0=[50.0, -30.0, 20.0, 40.0], max_iterations=2)
     assert info.value.residual > 0
+
+
+@pytest.mark.parametrize("coords", ["dependent", "independent"])
+@pytest.mark.parametrize("window", [1, 2, 5])
+def test_newton_converges_at_a_velocity_reversal(coords, window):
+    """Released with qd0 = -a0 dt / 2 the motion reverses in the middle of the first step
+    (v_1 ~ -v_0).  There the energy row of the link is singular (the rescaling alpha acts
+    along the link's mean velocity, ~0) and Newton converged only linearly (7 iterations and
+    a damped fallback on a 10 mm slider-crank, a stop after 29 s of a 100 s run).  The link
+    carries no energy row then, and each step converges in a few iterations.  dt is chosen
+    so that the reversal's speed is 10x the mechanism's at-rest threshold."""
+    mech = load("slider-crank")
+    q0, _ = release_state(mech)
+    a0 = forward_dynamics(mech, q0, np.zeros(mech.n))
+    problem = make_problem(mech, 1e-3, coords, "trapezoidal", None, q0)
+    c = problem.scales.coordinates
+    # speed of the reversal: |a0| dt^2 / (2 c) = 10 energy_speed
+    dt = float(np.sqrt(20.0 * problem.settings.energy_speed / np.max(np.abs(a0) / c)))
+    res = simulate_smoother(mech, 10 * dt, dt, qd0=-0.5 * dt * a0, coords=coords,
+                            window=window)
+    assert res.stats["fallbacks"] == 0 and res.stats["max_iterations_per_step"] <= 3
+    assert res.position_residual.max() <= 1e-10 * np.max(c)
 
 
 def test_invalid_window():

@@ -160,7 +160,7 @@ def _solve_segment(problem, p, start, stop, dt, links):
     if "lam" in seg.layout.names:  # the multipliers that balance the guess (Eq. 5)
         X0[:, seg.layout.slice("lam")] = D.multipliers(
             mech, q, v, a, seg.applied_forces(np.arange(start, stop + 1)))
-    plan = seg.link_plan(X0[1:], None if links is None else links[-1])
+    plan = seg.link_plan(X0[1:], None if links is None else links[-1], start=X0[:-1])
     steps = np.arange(start, stop + 1)
     with np.errstate(over="ignore", invalid="ignore"):  # a diverging trial step is rejected
         Xs, st = optimize(seg.terms(steps, p["q"], p["v"], plan), X0,
@@ -185,12 +185,14 @@ def failure(
 ) -> ConvergenceError:
     """The error to raise when a simulation stops after the rows X (k+1, dim): a
     :class:`LockupError` if the last good state is a branch point (the constraint Jacobian
-    loses rank, in the mechanism's own scales), else ``exc``; either with ``partial`` set to
-    the trajectory computed so far."""
+    loses rank, in the mechanism's own scales), else ``exc`` with its ``time`` set to that of
+    the failing step; either with ``partial`` set to the trajectory computed so far."""
     X = _restore_indices(problem, np.array(X))
     partial = trajectory_result(mech, problem, X, dt,
                                 Stats.of("stopped", 0.0, len(X) - 1, converged=False))
     exc.partial = partial
+    if isinstance(exc, ConvergenceError):
+        exc.at_time(len(X) * dt)  # the step after the last good one failed
     q = partial.q[-1]
     c = problem.scales.coordinates
     J = C.constraint_jacobian(mech, q) * c

@@ -170,20 +170,28 @@ class ForwardProblem(_AppliedForces):
                 L.prior(lay, row, "zd", v_start[idx], sig["v"][idx]),
                 L.prior(lay, row, "q", q_start, self.settings.prior_q_approx * sig["q"])]
 
-    def link_plan(self, x: ArrayLike, previous: np.ndarray | None = None) -> np.ndarray:
+    def link_plan(self, x: ArrayLike, previous: np.ndarray | None = None, *,
+                  start: ArrayLike | None = None) -> np.ndarray:
         """How the links ending at the step vectors x (T, dim) integrate: (T, d + 1) ints, the
         integrated components of the position/velocity/acceleration slots (dependent: the
         coordinates chosen by partitioning with hysteresis, starting from ``previous``, a row
         of an earlier plan; independent: the z slots) and, last, 1 where the link carries
-        the energy balance.
+        the energy balance.  ``start`` (T, dim), optional: the step vectors the links start
+        from (their estimates; default: x itself).
 
-        The energy row is dropped (and alpha held at 0) on links where the mechanism is
-        almost at rest, max_j |v_j| dt / c_j < ``settings.energy_speed``: there kinetic
-        energy is second order in v, the rescaling alpha could not act, and the energy
-        defect of a step is negligible."""
+        The energy row is dropped (and alpha held at 0) on links whose mean velocity
+        vbar = (v_k + v_{k+1}) / 2 is small, max_j |vbar_j| dt / c_j <
+        ``settings.energy_speed``: the rescaling alpha acts along vbar, and along the
+        trapezoidal rule the energy balance changes with v_{k+1} in proportion to vbar too
+        (its derivative m (v_{k+1} - a dt / 2) ~ m vbar in one degree of freedom), so
+        there the row is (nearly) singular and Newton converges only linearly: at rest, and
+        at every turning point where the velocity reverses within the step.  The energy
+        defect of such a step is negligible."""
         x = np.atleast_2d(np.asarray(x, float))
         lay = self.layout
         q, v = x[:, lay.slice("q")], x[:, lay.slice("v")]
+        if start is not None:
+            v = 0.5 * (v + np.atleast_2d(np.asarray(start, float))[:, lay.slice("v")])
         if self.coords == "dependent":
             prev = None if previous is None else previous[:-1]
             idx = partition_along(self.mech, q, self.scales.coordinates, start=prev)
@@ -432,7 +440,7 @@ class LeastSquaresProblem(_AppliedForces):
         rows = np.arange(len(steps))
         return self.linear_terms(rows) + [self.nonlinear_term(steps, rows)]
 
-    def link_plan(self, x: ArrayLike, previous: Any = None) -> None:
+    def link_plan(self, x: ArrayLike, previous: Any = None, *, start: Any = None) -> None:
         return None
 
     def with_indices(self, indices: ArrayLike) -> "LeastSquaresProblem":

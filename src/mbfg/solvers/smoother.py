@@ -93,8 +93,10 @@ class SmootherProblem(Protocol):
     def window_terms(self, steps: ArrayLike, plan: Any = None, *, incoming: Any = None) -> list:
         """Every term (:class:`~mbfg.graphs.batch_term.BatchTerm`) of the window ``steps``."""
 
-    def link_plan(self, x: ArrayLike, previous: Any = None) -> np.ndarray | None:
-        """The plan of the link into the new step(s) ``x`` (None: links need no plan)."""
+    def link_plan(self, x: ArrayLike, previous: Any = None, *,
+                  start: ArrayLike | None = None) -> np.ndarray | None:
+        """The plan of the links from the steps ``start`` into the new step(s) ``x`` (None:
+        links need no plan)."""
 
 
 @runtime_checkable
@@ -357,7 +359,8 @@ class FixedLagSmoother:
         W = self.W
         pred = self._predict(W[-1])
         self._a_prev = W[-1, self._a_slice].copy()
-        link = self.problem.link_plan(pred[None], self.links[-1] if self.links else None)
+        link = self.problem.link_plan(pred[None], self.links[-1] if self.links else None,
+                                      start=W[-1:])
         if link is not None:
             self.links.append(link[0])
         W = np.vstack([W, pred])
@@ -391,6 +394,8 @@ class FixedLagSmoother:
                 out = self.advance()
             except MbfgError as exc:
                 last = self.first + self.W.shape[0]
+                if self.history and self.history[-1][0] == self.first - 1:
+                    X[self.first - 1] = self.history[-1][1]  # left the window in this advance
                 X[self.first:last] = self.W
                 exc.partial = X[:last].copy()
                 raise
