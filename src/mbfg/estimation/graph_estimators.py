@@ -175,7 +175,8 @@ def estimate_online(
     lay = problem.layout
     window = window_steps(readings, window, N)
     sm = FixedLagSmoother(problem, window, max_iterations=est.max_iterations,
-                           relative_tolerance=est.relative_tolerance, reselect=None,
+                           relative_tolerance=est.relative_tolerance,
+                           absolute_tolerance=est.accept_decrease, reselect=None,
                            on_failure="best")
     causal = np.empty((N, lay.dim))
     covs = np.empty((N, lay.dim, lay.dim)) if covariance else None

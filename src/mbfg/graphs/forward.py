@@ -37,6 +37,7 @@ from mbfg.graphs import linear_blocks as L
 from mbfg.graphs import terms as T
 from mbfg.graphs.layout import StepLayout, dependent_layout, independent_layout
 from mbfg.graphs.links import IntegratorLinks
+from mbfg.model import constraints as C
 from mbfg.model.dynamics import forward_dynamics
 from mbfg.model.forces import forces_at
 from mbfg.model.nonconservative import friction_force_jacobians
@@ -442,6 +443,26 @@ class LeastSquaresProblem(_AppliedForces):
 
     def link_plan(self, x: ArrayLike, previous: Any = None, *, start: Any = None) -> None:
         return None
+
+    def refine_prediction(self, x: ArrayLike) -> np.ndarray:
+        """A fixed-lag smoother's explicit prediction x (dim,) of a new step with its velocity
+        projected onto the constraints' tangent space, Phi_q(q) v = 0 (least change in the
+        coordinates' own scales; with zd = v[indices] in independent coordinates).
+
+        The Taylor prediction violates Phi_q v = 0 by O(dt^2); the tight constraint factors
+        then dominate the first Gauss-Newton step (measured on the review four-bar: whitened
+        error up to 2e4 from the new step's velocity rows alone), so without the projection
+        the step needs a second linearization far more often."""
+        x = np.array(x, float)
+        lay, c = self.layout, self.scales.coordinates
+        q, v = x[lay.slice("q")], x[lay.slice("v")]
+        Js = C.constraint_jacobian(self.mech, q) * c
+        vs = v / c
+        vs = vs - np.linalg.lstsq(Js, Js @ vs, rcond=None)[0]
+        x[lay.slice("v")] = vs * c
+        if self.indices is not None:
+            x[lay.slice("zd")] = x[lay.slice("v")][list(self.indices)]
+        return x
 
     def with_indices(self, indices: ArrayLike) -> "LeastSquaresProblem":
         """The same problem in other independent coordinates (independent layout only)."""

@@ -333,7 +333,13 @@ class FixedLagSmoother:
         """Initial estimate of the next step: with the previous acceleration known, a_{k+1} =
         2 a_k - a_{k-1} and q, v by the trapezoidal rule (so the integrator factors start
         satisfied and Gauss-Newton usually needs one step fewer); otherwise the Taylor
-        prediction ``P x``."""
+        prediction ``P x``.  A problem with a ``refine_prediction`` (e.g. a projection onto
+        the constraints) refines it."""
+        pred = self._extrapolate(x)
+        refine = getattr(self.problem, "refine_prediction", None)
+        return pred if refine is None else refine(pred)
+
+    def _extrapolate(self, x):
         a_prev = getattr(self, "_a_prev", None)
         lay = self.layout
         if a_prev is None or self.problem.settings.integrator != "trapezoidal" \
