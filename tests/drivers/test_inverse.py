@@ -109,3 +109,21 @@ def test_consistent_stages_converge_at_rounding_level():
     assert ind.stats.converged
     np.testing.assert_allclose(ind.Q[:, k], dep.Q[:, k], rtol=0,
                                atol=1e-4 * np.abs(dep.Q[:, k]).max())
+
+
+@pytest.mark.parametrize("coords", ["dependent", "independent"])
+def test_skipped_force_stage_equals_its_solve(coords, monkeypatch):
+    """The force stage keeps its start (the velocity stage's optimum with the model's inverse
+    dynamics forces) when its dynamics rows are met there; solving it anyway moves nothing."""
+    import mbfg.drivers.inverse_dynamics as ID
+    mech = load("fourbar-crank-angle")
+    t, theta = read_trajectory(reference_file("ground-truth", "fourbars1-with-rel-angle-trajectory.txt"))
+    t, theta = t[:400], theta[:400]
+    skipped = solve_inverse_dynamics(mech, t, theta, [4], coords=coords)
+    assert skipped.stats["stages"][-1]["iterations"] == 0
+    monkeypatch.setattr(ID, "_already_optimal", lambda *a: False)
+    solved = solve_inverse_dynamics(mech, t, theta, [4], coords=coords)
+    assert solved.stats["stages"][-1]["iterations"] >= 1
+    scale = np.max(np.abs(solved.Q[:, 4]))
+    np.testing.assert_allclose(skipped.Q[:, 4], solved.Q[:, 4], rtol=0, atol=1e-7 * scale)
+    np.testing.assert_allclose(skipped.q, solved.q, rtol=0, atol=1e-9 * np.max(np.abs(solved.q)))

@@ -15,7 +15,7 @@ from mbfg.trajectories import uniform_step
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
 from mbfg.results import Stats, TrajectoryResult
-from mbfg.solvers.batch import optimize
+from mbfg.solvers.batch import optimize, total_error
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,8 +29,24 @@ RESIDUAL_RMS = 1e-6
 from the mechanism's scales) have fallen to this RMS: a consistent stage (zero optimum) would
 otherwise creep at rounding level without meeting a relative test."""
 
+STAGE_TOLERANCE = 1e-9
+"""Relative tolerance of each stage's Gauss-Newton solve (:func:`mbfg.solvers.batch.optimize`,
+its default).  The force stage is skipped when its factors add at most this fraction to the
+velocity stage's optimal error at the start (see :func:`solve_inverse_dynamics`)."""
+
 STAGE_NAMES = {1: "positions", 2: "velocities and accelerations", 3: "velocity constraints",
                4: "forces"}
+
+
+def _already_optimal(terms, X, previous_error: float) -> bool:
+    """Whether the force stage can keep its start X: its terms are the velocity stage's plus
+    the dynamics rows, and X has the velocity stage's optimum with the forces of the model's
+    inverse dynamics.  Near that optimum E4(x, Q) = E3(x) + E_dyn(x, Q) >= E3(x) >= E3*, so
+    if E4 at X exceeds E3* by at most STAGE_TOLERANCE (the dynamics rows are met, as they are
+    whenever the actuated coordinates determine the forces), no step can lower the error by
+    more than the solver's own relative tolerance: the Gauss-Newton solve (the most expensive
+    one, ~30 % of the robot's time) would only confirm X."""
+    return total_error(terms, X) <= previous_error * (1.0 + STAGE_TOLERANCE)
 
 
 def _transfer(X, old, new, extra=None) -> np.ndarray:
@@ -157,7 +173,13 @@ def solve_inverse_dynamics(
         X = _transfer(X, lay, new_lay, extra)
         lay, terms = problem.terms(stage, desired, hints)
         keys = lay.keys(range(t.size))
+        t_stage = time.perf_counter()
+        if stage == 4 and _already_optimal(terms, X, stages[-1]["final_error"]):
+            stages.append(dict(stage=4, iterations=0, final_error=stages[-1]["final_error"],
+                               seconds=time.perf_counter() - t_stage))
+            continue
         X, st = optimize(terms, X, keys, max_iterations=max_iterations,
+                         relative_tolerance=STAGE_TOLERANCE,
                          absolute_tolerance=0.5 * X.size * RESIDUAL_RMS ** 2,
                          what=f"inverse dynamics stage {stage} ({STAGE_NAMES[stage]})")
         stages.append(dict(stage=stage, iterations=st.iterations,
