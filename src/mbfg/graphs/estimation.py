@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EstimatorSettings", "ONLINE_FORCE_SETTINGS", "ObservedProblem", "ROBUST_LOSSES",
            "scaled_settings", "MODEL_ERROR", "INITIAL_SPREAD", "WEIGHT_TIME",
+           "CONSTRAINT_ACCURACY", "INTEGRATOR_ACCURACY",
            "ROBUST_WIDTH", "robust_weights"]
 
 
@@ -76,8 +77,10 @@ class EstimatorSettings:
     """Noise model of the factor-graph estimators (standard deviations).
 
     sigma_dynamics : process noise of the dynamics factor qddot(q, v) - a (scalar or (n,))
-    sigma_integrator : trapezoidal integrator factors (1e-4; a 1e-6 sigma makes the window
-        problems so ill-conditioned that Gauss-Newton stalls on the review four-bar)
+    sigma_integrator : trapezoidal integrator factors, scalar, (n,) or (2, n) (rows: the
+        position links [m, rad] and the velocity links [m/s, rad/s]; default 1e-4 for all; a
+        1e-6 sigma makes the window problems so ill-conditioned that Gauss-Newton stalls on
+        the review four-bar)
 
     The default process noise (5 m/s^2, rad/s^2 per coordinate) is of the order of the
     review's discrete filters: their acceleration power spectral density q_c = 9.162e-2
@@ -105,7 +108,11 @@ class EstimatorSettings:
         crank angle of a crank-rocker).  Empty (the default): process noise on every
         coordinate's acceleration and priors on every coordinate; the effective noise on
         the motion then depends on the coordinates' scaling (sigma / |dq/dz|).
-    sigma_constraints : position, velocity (and acceleration) constraint factors
+    sigma_constraints : position-constraint rows Phi, scalar or (m,) [units of each row];
+        default 1e-4, also for the velocity and acceleration rows
+    sigma_velocity_constraints, sigma_acceleration_constraints : velocity rows Phi_q v [row
+        units / s] and acceleration rows [row units / s^2], scalar or (m,); None (default):
+        ``sigma_constraints``
     sigma_q0, sigma_v0 : initial priors on q_0, v_0 (loose: the initial state is uncertain)
     robust : None, "huber" or "cauchy"
         Loss of the observation factors (gtsam's ``noiseModel.Robust`` M-estimators, applied
@@ -139,8 +146,10 @@ class EstimatorSettings:
     noise_coordinates: tuple = ()
     sigma_force_walk: float = 0.5
     sigma_force0: float = 100.0
-    sigma_integrator: float = 1e-4
-    sigma_constraints: float = 1e-4
+    sigma_integrator: object = 1e-4
+    sigma_constraints: object = 1e-4
+    sigma_velocity_constraints: object = None
+    sigma_acceleration_constraints: object = None
     sigma_q0: object = 0.5
     sigma_v0: object = 1.0
     max_iterations: int = 50
@@ -159,10 +168,11 @@ class EstimatorSettings:
                              f"{self.robust_width!r}")
 
     def forward_settings(self, dt: float) -> LeastSquaresSettings:
-        return LeastSquaresSettings(dt=float(dt), integrator="trapezoidal",
-                               sigma_integrator=self.sigma_integrator,
-                               sigma_dynamics=self.sigma_dynamics,
-                               sigma_constraints=self.sigma_constraints)
+        return LeastSquaresSettings(
+            dt=float(dt), integrator="trapezoidal", sigma_integrator=self.sigma_integrator,
+            sigma_dynamics=self.sigma_dynamics, sigma_constraints=self.sigma_constraints,
+            sigma_velocity_constraints=self.sigma_velocity_constraints,
+            sigma_acceleration_constraints=self.sigma_acceleration_constraints)
 
 
 ONLINE_FORCE_SETTINGS = EstimatorSettings(force_coordinates="points", sigma_force0=5.0,
@@ -180,6 +190,18 @@ weights (the particle filter's ``model_error`` has the same default)."""
 INITIAL_SPREAD = 0.25
 """Prior standard deviation of the initial state about the guess, in units of each
 coordinate's scale s (and omega_c s for the rates) (the particle filter's initial spread)."""
+CONSTRAINT_ACCURACY = 3e-6
+"""Distance from the constraint manifold the scaled settings allow, relative to the
+mechanism's length ell (dimensionless): each constraint row's sigma is this times the row's
+scale (:func:`mbfg.model.scales.constraint_scales`).  On the review four-bar, 1e-4 divided by
+the geometric mean of its row scales (31 m^2): as tight overall as the plain settings'
+constant 1e-4 (same RMSE on seeds 0-9; 1e-6 needs ~2x the damped fallbacks with the
+encoder)."""
+INTEGRATOR_ACCURACY = 2e-5
+"""Sigma of the scaled settings' trapezoidal links relative to each coordinate's scale s
+(dimensionless): INTEGRATOR_ACCURACY s on positions and INTEGRATOR_ACCURACY omega_c s on
+velocities.  On the review four-bar about 1e-4 / ell, the plain settings' 1e-4 on its point
+coordinates."""
 WEIGHT_TIME = 1000.0
 """Time [s] over which the estimated weight error may drift by its prior: the weights are
 constant, the walk only keeps the force state from freezing (the step's walk is
@@ -204,18 +226,39 @@ def scaled_settings(mech: Mechanism, dt: float, **overrides: Any) -> EstimatorSe
       (independent errors of the lumped weights) plus a fully correlated part MODEL_ERROR
       Q_g (``sigma_weight``: a wrong gravity or all masses off by the same fraction), and a
       slow random walk ``sigma_force0 sqrt(dt / WEIGHT_TIME)`` per step;
+    * constraint rows ``sigma_constraints`` = CONSTRAINT_ACCURACY r_i, with r_i each row's
+      scale (||Phi_q,i diag(s)|| at q0, :func:`mbfg.model.scales.constraint_scales`, in the
+      row's units: Phi_i / r_i is a distance to the manifold in units of ell), the velocity
+      rows CONSTRAINT_ACCURACY omega_c r_i and the acceleration rows (with
+      ``noise_coordinates``) CONSTRAINT_ACCURACY omega_c^2 r_i: the velocity rows are the
+      time derivative of the position rows along the motion, whose rate is omega_c (as in
+      ``sigma_v0``).  1/dt would tie the constraints' accuracy to the step and make the
+      velocity rows 1 / (omega_c dt) (160 on the review four-bar at dt = 5 ms) times looser
+      than the position rows; with omega_c both are of the same size, as the plain settings'
+      common 1e-4;
+    * trapezoidal links ``sigma_integrator`` = INTEGRATOR_ACCURACY s on positions [m, rad]
+      and INTEGRATOR_ACCURACY omega_c s on velocities [m/s, rad/s];
 
-    the observation factors have each sensor's own sigma.  Without gravity there is no
-    acceleration scale: the plain :class:`EstimatorSettings` (no force state) are returned.
+    the observation factors have each sensor's own sigma.  On the review four-bar (ell =
+    5.57 m, omega_c = 1.26 rad/s; rows crank, coupler, rocker [m^2] and crank angle [m])
+    the constraint sigmas are 6.7e-5, 3.8e-4, 1.7e-4, 1.8e-5 (position rows) and 1.26 times
+    those (velocity rows, per s), the integrator's 1.1e-4 m and 2e-5 rad (position links)
+    and 1.4e-4 m/s and 2.5e-5 rad/s (velocity links): of the order of the plain settings'
+    1e-4, and the RMSE of its benchmark is unchanged.  Rescaling the mechanism's units
+    rescales every sigma with its residual, so the estimate does not change.
+
+    Without gravity there is no acceleration scale: the plain :class:`EstimatorSettings`
+    (no force state, constant sigmas) are returned.
     ``overrides`` replace fields of the result."""
     import dataclasses
 
-    from mbfg.model.scales import characteristic_length, coordinate_scales
+    from mbfg.model.scales import mechanism_scales
     g = float(np.hypot(*mech.gravity))
     if not g > 0.0:
         return dataclasses.replace(EstimatorSettings(), **overrides)
-    s = coordinate_scales(mech)
-    w = float(np.sqrt(g / characteristic_length(mech)))
+    sc = mechanism_scales(mech)
+    s, r = sc.coordinates, sc.constraints
+    w = float(np.sqrt(g / sc.length))
     Qg = np.asarray(mech.gravity_forces(), float)
     pc = np.asarray(mech.point_coords, int)
     pc = np.unique(pc[pc >= 0])
@@ -226,7 +269,11 @@ def scaled_settings(mech: Mechanism, dt: float, **overrides: Any) -> EstimatorSe
         sigma_q0=INITIAL_SPREAD * s, sigma_v0=INITIAL_SPREAD * w * s,
         force_coordinates=tuple(int(i) for i in weighed), sigma_force0=sigma_f0,
         sigma_weight=MODEL_ERROR if weighed.size else 0.0,
-        sigma_force_walk=sigma_f0 * float(np.sqrt(dt / WEIGHT_TIME)))
+        sigma_force_walk=sigma_f0 * float(np.sqrt(dt / WEIGHT_TIME)),
+        sigma_constraints=CONSTRAINT_ACCURACY * r,
+        sigma_velocity_constraints=CONSTRAINT_ACCURACY * w * r,
+        sigma_acceleration_constraints=CONSTRAINT_ACCURACY * w ** 2 * r,
+        sigma_integrator=INTEGRATOR_ACCURACY * np.vstack([s, w * s]))
     return dataclasses.replace(settings, **overrides)
 
 
@@ -317,13 +364,14 @@ class ObservedProblem(LeastSquaresProblem):
         if self.force_indices or self.noise_indices:
             s, mech = self.settings, self.mech
             families = [(T.position_constraints_residual(mech), s.sigma_constraints),
-                        (T.velocity_constraints_residual(mech), s.sigma_constraints)]
+                        (T.velocity_constraints_residual(mech), s.sigma_velocity_constraints)]
             known = self.applied_forces(np.asarray(steps, int))
             dyn = (T.dynamics_residual(mech, forces=known, force_slot="Q",
                                        force_indices=self.force_indices)
                    if self.force_indices else T.dynamics_residual(mech, forces=known))
             if self.noise_indices:
-                families.append((T.acceleration_constraints_residual(mech), s.sigma_constraints))
+                families.append((T.acceleration_constraints_residual(mech),
+                                 s.sigma_acceleration_constraints))
                 dyn = _rows(dyn, self.noise_indices)
             families.append((dyn, s.sigma_dynamics))
             term = T.StackedTerm(self.layout, rows, families)

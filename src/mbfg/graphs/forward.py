@@ -315,16 +315,32 @@ class LeastSquaresSettings:
     of the smoother so ill-conditioned that Gauss-Newton stalls near the dead centre of an
     offset slider-crank) and 1e-6 for Euler, whose larger O(dt^2) integrator residuals would
     otherwise pull the states off the constraints by ~1e-5.
+
+    Every sigma may also be an array, one per row of its family (e.g. derived from the
+    mechanism's scales, :func:`mbfg.graphs.estimation.scaled_settings`):
+
+    sigma_integrator : scalar, (n,) or (2, n)
+        Integrator rows [m or rad for the position rows, m/s or rad/s for the velocity rows]:
+        one for all, one per coordinate, or rows (position link q - dt/2 (v0 + v1), velocity
+        link v - dt/2 (a0 + a1)) by coordinate.
+    sigma_constraints : scalar or (m,)
+        Position-constraint rows Phi [units of each row]; the independent graph's selection
+        rows q[idx] - z, v[idx] - zd, a[idx] - zdd take it too, so there it must be a scalar.
+    sigma_velocity_constraints, sigma_acceleration_constraints : scalar, (m,) or None
+        Velocity rows Phi_q v [row units / s] and acceleration rows [row units / s^2];
+        None (the default): ``sigma_constraints``.
     """
     dt: float = 1e-3
     integrator: str = "trapezoidal"     # or "euler"
-    sigma_integrator: float = 1e-3
-    sigma_dynamics: float = 1e-3
-    sigma_constraints: float | None = None
+    sigma_integrator: object = 1e-3
+    sigma_dynamics: object = 1e-3
+    sigma_constraints: object = None
     sigma_prior: float = 1e-8
     sigma_prior_q_approx: float = 1.0
     sigma_equality: float = 10.0
     baumgarte: object = None
+    sigma_velocity_constraints: object = None
+    sigma_acceleration_constraints: object = None
 
     def __post_init__(self):
         if self.integrator not in ("trapezoidal", "euler"):
@@ -332,6 +348,9 @@ class LeastSquaresSettings:
         if self.sigma_constraints is None:
             object.__setattr__(self, "sigma_constraints",
                                1e-4 if self.integrator == "trapezoidal" else 1e-6)
+        for name in ("sigma_velocity_constraints", "sigma_acceleration_constraints"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, self.sigma_constraints)
 
 
 class LeastSquaresProblem(_AppliedForces):
@@ -393,6 +412,9 @@ class LeastSquaresProblem(_AppliedForces):
         if self.coords == "dependent":
             return None
         s = self.settings
+        if np.ndim(s.sigma_constraints):
+            raise ValueError("independent coordinates: sigma_constraints must be a scalar "
+                             "(it is also the selection rows' sigma)")
         return L.selections(self.layout, rows, [("q", "z"), ("v", "zd"), ("a", "zdd")],
                             list(self.indices), s.sigma_constraints)
 
@@ -403,8 +425,11 @@ class LeastSquaresProblem(_AppliedForces):
         if self.coords == "dependent":
             return L.step_links(lay, rows0, s.dt, [("q", "v"), ("v", "a")],
                                 s.sigma_integrator, scheme=s.integrator)
+        sigma = np.asarray(s.sigma_integrator, float)
+        if sigma.ndim:                      # per coordinate: those of z
+            sigma = sigma[..., list(self.indices)]
         return L.step_links(lay, rows0, s.dt, [("z", "zd"), ("zd", "zdd")],
-                            s.sigma_integrator, scheme=s.integrator,
+                            sigma, scheme=s.integrator,
                             equalities=["q"], sigma_equality=s.sigma_equality)
 
     def linear_terms(self, rows: ArrayLike) -> list:
@@ -423,12 +448,13 @@ class LeastSquaresProblem(_AppliedForces):
         s, mech = self.settings, self.mech
         forces = self.applied_forces(steps)
         fams = [(T.position_constraints_residual(mech), s.sigma_constraints),
-                (T.velocity_constraints_residual(mech), s.sigma_constraints)]
+                (T.velocity_constraints_residual(mech), s.sigma_velocity_constraints)]
         if self.coords == "dependent":
             fams.append((T.dynamics_residual(mech, forces=forces, baumgarte=s.baumgarte),
                          s.sigma_dynamics))
         else:
-            fams.append((T.acceleration_constraints_residual(mech), s.sigma_constraints))
+            fams.append((T.acceleration_constraints_residual(mech),
+                         s.sigma_acceleration_constraints))
             fams.append((T.dynamics_residual(mech, forces=forces, indices=self.indices,
                                              accel_slot="zdd", baumgarte=s.baumgarte),
                          s.sigma_dynamics))

@@ -81,7 +81,7 @@ def step_links(
     rows: ArrayLike,
     dt: float,
     integrators: list,
-    sigma_integrator: float,
+    sigma_integrator: ArrayLike,
     *,
     scheme: str = "trapezoidal",
     equalities: list | tuple = (),
@@ -92,11 +92,15 @@ def step_links(
     integrators : sequence of (x_slot, xdot_slot) pairs
         f_ti (Eq. 23): x_{k+1} - x_k - dt/2 (xdot_k + xdot_{k+1}), or f_ei (Eq. 22):
         x_{k+1} - x_k - dt xdot_k, by ``scheme``.
+    sigma_integrator : scalar, (d,) or (len(integrators), d)
+        Their sigmas [units of each x_slot]: one for all, one per component, or one row per
+        integrator pair (e.g. positions and velocities, whose units differ).
     equalities : sequence of slots
         f_eq: x_{k+1} - x_k (soft continuity), with ``sigma_equality``.
     """
     rows0, rows1, ws = [], [], []
-    for xs, xds in integrators:
+    sig = np.asarray(sigma_integrator, float)
+    for i, (xs, xds) in enumerate(integrators):
         S, Sd = layout.selector(xs), layout.selector(xds)
         if scheme == "trapezoidal":
             rows0.append(-S - 0.5 * dt * Sd)
@@ -106,7 +110,7 @@ def step_links(
             rows1.append(S)
         else:
             raise ValueError(f"integrator must be 'trapezoidal' or 'euler', got {scheme!r}")
-        ws.append(_weights(sigma_integrator, S.shape[0]))
+        ws.append(_weights(sig[i] if sig.ndim == 2 else sig, S.shape[0]))
     for s in equalities:
         S = layout.selector(s)
         rows0.append(-S)

@@ -444,8 +444,15 @@ class FixedLagSmoother:
         R = np.linalg.qr(np.vstack(top + bottom), mode="r")
         R1 = R[d:2 * d, d:2 * d]
         r1 = R[d:2 * d, 2 * d]
-        # residual R1 (x1 - x1_lin) + r1  =  R1 x1 - (R1 x1_lin - r1)
-        self.prior = [UnaryLinear([0], R1, R1 @ W_lin[1] - r1)]
+        # residual R1 (x1 - x1_lin) + r1 = U (S V^T (x1 - x1_lin) + U^T r1).  R1 may be rank
+        # deficient (a window step's information is not always full); only its range is
+        # kept: the rows along its null space hold rounding noise times x1 plus a constant
+        # part of r1 that does not move the argmin but would make the window error (and so
+        # the convergence tests) depend on rounding, e.g. on the units of the mechanism
+        U, sv, Vt = np.linalg.svd(R1, full_matrices=False)
+        k = int(np.count_nonzero(sv > sv[0] * max(R1.shape) * np.finfo(float).eps)) if sv.size else 0
+        A = sv[:k, None] * Vt[:k]
+        self.prior = [UnaryLinear([0], A, A @ W_lin[1] - U[:, :k].T @ r1)]
 
     def _solve(self):
         """Gauss-Newton on the current window (see module docstring)."""
