@@ -463,7 +463,7 @@ class FixedLagSmoother:
             steps, np.array(self.links) if self.links else None, incoming=self._incoming)
         keys = self.layout.keys(range(L))
         it = 0
-        prev_err = np.inf
+        W_prev, prev_err = W, np.inf
         converged = False
         while True:
             err, blocks = self._linearize(W, terms, keys)
