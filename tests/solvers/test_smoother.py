@@ -197,3 +197,43 @@ def test_smoother_passes_the_dead_centre_of_an_offset_slider_crank():
     assert res.position_residual.max() <= 1e-6
     ref = integrate_reference(mech, 1.3, 1e-3, rtol=1e-11, atol=1e-11)
     assert rmse(res.q[:, :4], ref.q[:, :4]) < 0.5e-3
+
+
+# five rows of a 5-step window of the 30 mm five-bar of random_mechanisms(17, 77) after 86 s
+# (window 5, independent coordinates), where the smoother stopped before windows were judged
+# as a whole: x1, y1, x2, y2, x3, y3, theta0
+FIVE_BAR_WINDOW = np.array([
+    [1.0178867923786710e-02, -1.9459580249016315e-02, 2.4194116066952227e-02,
+     -4.1493160823105030e-02, 2.0066450982334717e-02, -1.8159729983369208e-02,
+     1.6750752946949383e+01],
+    [1.1594478045057718e-02, -1.8650809487538993e-02, 2.4050641313728575e-02,
+     -4.1601841055936499e-02, 2.0178582314268959e-02, -1.8224634787688598e-02,
+     1.6757352849229779e+01],
+    [1.2923789755200999e-02, -1.7755570225739346e-02, 2.3659002254852460e-02,
+     -4.1560214016745568e-02, 2.0037598386937965e-02, -1.8142868995822316e-02,
+     1.6749050619141784e+01],
+    [1.4092238106316749e-02, -1.6843201620614593e-02, 2.3082016909572886e-02,
+     -4.1360332988249975e-02, 1.9656028959794212e-02, -1.7913601438384087e-02,
+     1.6726374003248171e+01],
+    [1.5080519639341164e-02, -1.5964414899558497e-02, 2.2403327111744479e-02,
+     -4.1029975817907766e-02, 1.9109723002565929e-02, -1.7564282012364592e-02,
+     1.6693340725735585e+01]])
+
+
+def test_independent_coordinates_are_judged_over_the_whole_window():
+    """At the newest row (x2, theta0) is the best set (quality 0.53 against 0.46 for the
+    current (x1, x2)), but two rows earlier it is nearly singular (0.10), and the window is
+    solved in one set: the choice over the window keeps (x1, x2), good on every row."""
+    from mbfg.graphs.forward import ForwardProblem, ForwardSettings
+    from mbfg.model.partition import coordinate_quality
+    from mbfg.testing import random_mechanisms
+    mech = [g for g in random_mechanisms(17, 77) if g.family == "five-bar"][0].load()
+    problem = ForwardProblem(mech, ForwardSettings(), "independent", (0, 2))
+    c = problem.scales.coordinates
+    newest = problem.best_indices(FIVE_BAR_WINDOW[-1])
+    assert newest[0] == (2, 6)
+    best, q_best, q_current = problem.best_indices(FIVE_BAR_WINDOW)
+    assert best == (0, 2)
+    worst = coordinate_quality(mech, FIVE_BAR_WINDOW, (0, 2), c).min()
+    assert q_best == pytest.approx(worst) and q_current == pytest.approx(worst)
+    assert coordinate_quality(mech, FIVE_BAR_WINDOW, (2, 6), c).min() < 0.5 * worst

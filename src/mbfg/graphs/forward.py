@@ -279,11 +279,26 @@ class ForwardProblem(_AppliedForces):
         return self.initial_priors(q_start, v_start) + self.window_terms(steps, plan)
 
     def best_indices(self, q: ArrayLike) -> tuple:
-        """(best independent coordinates at q, their quality, quality of the current ones)."""
+        """(best independent coordinates, their quality, quality of the current ones) at one
+        state q (n,) or over a window of states (L, n).
+
+        Over a window a set's quality is its worst over the rows: the window is solved in
+        one set of coordinates, so a set that is good at the newest row but nearly singular
+        at an older one makes every row's Newton step ill-conditioned (a five-bar with a
+        5-step window stalled that way after 86 s).  Candidates: the current set and the
+        best sets at the newest and the oldest row."""
         from mbfg.model.partition import coordinate_quality
         c = self.scales.coordinates
-        best, qb = best_coordinates(self.mech, q, c)
-        return best, qb, float(coordinate_quality(self.mech, q, self.indices, c))
+        q = np.asarray(q, float)
+        if q.ndim == 1:
+            best, qb = best_coordinates(self.mech, q, c)
+            return best, qb, float(coordinate_quality(self.mech, q, self.indices, c))
+        current = tuple(self.indices)
+        candidates = {current, best_coordinates(self.mech, q[-1], c)[0],
+                      best_coordinates(self.mech, q[0], c)[0]}
+        worst = {s: float(np.min(coordinate_quality(self.mech, q, s, c))) for s in candidates}
+        best = max(sorted(candidates), key=lambda s: worst[s])
+        return best, worst[best], worst[current]
 
     def with_indices(self, indices: ArrayLike) -> "ForwardProblem":
         """The same problem in other independent coordinates (independent layout only)."""

@@ -38,9 +38,10 @@ on a full crank turn: y1 at theta = +-90 deg, x1 at 0 and 180 deg, x2 and y2 at 
 dead points).  There z no longer determines q, v, a, the branch is ambiguous (v -> -v leaves
 the dynamics unchanged) and Gauss-Newton stalls.  By default (``reselect=0.9``) the smoother
 therefore re-partitions like a classical coordinate-partitioning integrator: after each step it
-compares the current choice with the best-conditioned one at the newest estimate (pivoted QR of
-an orthonormal null-space basis N of Phi_q; quality = smallest singular value of N[indices]) and
-switches when the current quality falls below ``reselect`` times the best.  The switch
+compares the current choice with the best-conditioned one over the window (pivoted QR of an
+orthonormal null-space basis N of Phi_q; quality = smallest singular value of N[indices], a
+set's quality over the window its worst over the rows, since the whole window is solved in one
+set) and switches when the current quality falls below ``reselect`` times the best.  The switch
 substitutes z_old = q[old indices] (a selection factor, exact at the solution) into the
 marginal prior, re-packs the window and re-solves it.  ``switches`` lists (step, indices).
 """
@@ -108,7 +109,8 @@ class RepartitioningProblem(SmootherProblem, Protocol):
     indices: tuple
 
     def best_indices(self, q: np.ndarray) -> tuple:
-        """(best indices, their quality, the current indices' quality) at q."""
+        """(best indices, their quality, the current indices' quality) at the window's
+        states q (L, n): a set's quality over a window is its worst over the rows."""
 
     def with_indices(self, indices: ArrayLike) -> "RepartitioningProblem":
         """The same problem with other independent coordinates."""
@@ -507,7 +509,7 @@ class FixedLagSmoother:
         if self.reselect is None:
             return
         lay = self.layout
-        best, q_best, q_cur = self.problem.best_indices(self.W[-1, lay.slice("q")])
+        best, q_best, q_cur = self.problem.best_indices(self.W[:, lay.slice("q")])
         if q_cur >= self.reselect * q_best or tuple(best) == tuple(self.problem.indices):
             return
         old = list(self.problem.indices)
