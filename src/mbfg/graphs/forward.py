@@ -289,10 +289,7 @@ class ForwardProblem(_AppliedForces):
         best sets at the newest and the oldest row."""
         from mbfg.model.partition import coordinate_quality
         c = self.scales.coordinates
-        q = np.asarray(q, float)
-        if q.ndim == 1:
-            best, qb = best_coordinates(self.mech, q, c)
-            return best, qb, float(coordinate_quality(self.mech, q, self.indices, c))
+        q = np.atleast_2d(np.asarray(q, float))
         current = tuple(self.indices)
         candidates = {current, best_coordinates(self.mech, q[-1], c)[0],
                       best_coordinates(self.mech, q[0], c)[0]}
