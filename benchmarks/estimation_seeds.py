@@ -159,7 +159,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="1000-1019", help="e.g. 1000-1019 or 0,2,5-9")
     ap.add_argument("--conditions", nargs="+", default=None,
-                    help=f"subset of: {', '.join(repr(c) for c in ER.CONDITIONS)}")
+                    help="subset of: " + ", ".join(repr(c) for c in ER.CONDITIONS).replace("%", "%%"))
     ap.add_argument("--setups", nargs="+", default=list(SETUPS))
     ap.add_argument("--estimators", nargs="+", default=[REFERENCE, *BASELINES])
     ap.add_argument("--reference", default=REFERENCE)
