@@ -217,6 +217,43 @@ def test_readings_at_a_quarter_of_the_step_rate(case, method):
     assert _rmse(model, _run(case, method, slow), truth) < 2.5 * every
 
 
+GAP_T_END, GAP = 5.0, (1.0, 3.0)
+
+
+@pytest.fixture(scope="module")
+def gap_case():
+    """The review four-bar over 5 s, and per setup the readings of seed 11 with and without a
+    2 s gap in all readings."""
+    proto, model, q0 = review_fourbar()
+    truth = simulate_prototype(proto, GAP_T_END, DT)
+    t, q, qd, qdd = truth
+    cases = {}
+    for setup in ("encoder", "gyro-coupler"):
+        sensors = sensor_setups()[setup]
+        rd = sensors.synthesize(proto, t, q, qd, qdd, rng=np.random.default_rng(11))
+        keep = [(r.steps * DT < GAP[0]) | (r.steps * DT >= GAP[1]) for r in rd]
+        cases[setup] = (sensors, rd, [Readings(r.steps[m], r.values[m]) for r, m in zip(rd, keep)])
+    return model, q0, truth, cases
+
+
+@pytest.mark.parametrize("setup", ["encoder", "gyro-coupler"])
+def test_batch_smoother_converges_across_a_gap(gap_case, setup):
+    """No reading at all for 2 s: the whole-recording smoother converges, and 1 s after the gap
+    its crank angle is within 2x of its error on the same span without the gap."""
+    model, q0, truth, cases = gap_case
+    sensors, every, gap = cases[setup]
+    k = model.coordinate_index(CRANK)
+    i0 = int(round((GAP[1] + 1.0) / DT))
+    err = {}
+    for name, readings in (("every", every), ("gap", gap)):
+        res = mbfg.estimate(model, sensors, readings, DT, len(truth[0]), method="fg-batch",
+                            q0=q0, qd0=np.zeros(model.n))
+        assert res.stats["converged"], name
+        e = wrap_angle(res.q[i0:, k] - truth[1][i0:, k])
+        err[name] = float(np.sqrt(np.mean(e ** 2)))
+    assert err["gap"] < 2.0 * err["every"], err
+
+
 # ---------------------------------------------------------------------------- coverage
 def test_coverage_counts_the_steps_inside_the_two_sigma_band():
     """A synthetic estimate with exactly Gaussian errors of its reported sigma covers the truth

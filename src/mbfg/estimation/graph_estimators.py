@@ -65,10 +65,8 @@ __all__ = ["estimate_online", "estimate_batch", "EstimatorSettings", "ONLINE_FOR
 
 
 def _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0, forces=None,
-           robust=None, scaled=False):
-    if settings is None:
-        settings = scaled_settings(model, dt) if scaled else EstimatorSettings()
-    est = settings
+           robust=None):
+    est = scaled_settings(model, dt) if settings is None else settings
     if robust is not None:
         est = dataclasses.replace(est, robust=robust)
     q0, qd0 = K.release_state(model, q0, qd0)
@@ -170,7 +168,7 @@ def estimate_online(
     """
     t0 = time.perf_counter()
     est, q0, qd0, problem = _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0,
-                                   forces, robust, scaled=True)
+                                   forces, robust)
     N = int(n_steps)
     lay = problem.layout
     window = window_steps(readings, window, N)
@@ -248,7 +246,9 @@ def estimate_batch(
 ) -> EstimationResult:
     """Offline smoothing of a whole recording as one factor graph (see the module docstring).
 
-    Arguments as :func:`estimate_online`; ``init`` (n_steps, dim) is an optional initial
+    Arguments as :func:`estimate_online` (the default ``settings`` are the same
+    :func:`~mbfg.graphs.estimation.scaled_settings`, whose weight-error force state the
+    whole recording estimates as one slowly varying force); ``init`` (n_steps, dim) is an optional initial
     estimate of the step vectors (default: the online estimator's smoothed output, which
     starts Gauss-Newton inside the basin of the right solution even from a wrong initial
     configuration; its time is included in ``ms_per_step``).  The result (named

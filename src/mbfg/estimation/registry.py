@@ -194,7 +194,12 @@ register("fg-online", estimate_online,
 register("fg-online-plain", estimate_online,
          "fixed-lag smoother with the constant EstimatorSettings() (no force state)",
          window=10, settings=EstimatorSettings())
-register("fg-batch", estimate_batch, "factor graph, whole recording (offline)", online=False)
+register("fg-batch", estimate_batch,
+         "factor graph, whole recording (offline); noise and priors from the mechanism's "
+         "scales, with an unknown weight error", online=False)
+register("fg-batch-plain", estimate_batch,
+         "whole-recording smoother with the constant EstimatorSettings() (no force state)",
+         online=False, settings=EstimatorSettings())
 register("fg-online+force", estimate_online,
          "fixed-lag smoother with an unknown slowly varying force on every point coordinate "
          "(settings tuned on seeds 0-3 of the review benchmark)",
