@@ -254,6 +254,66 @@ def test_batch_smoother_converges_across_a_gap(gap_case, setup):
     assert err["gap"] < 2.0 * err["every"], err
 
 
+def test_online_estimator_crosses_a_gap(gap_case):
+    """fg-online keeps the gap's steps in its window until readings after the gap have
+    re-solved them: 1 s after a 2 s gap of an encoder it is within 2x of its gap-free error."""
+    model, q0, truth, cases = gap_case
+    sensors, every, gap = cases["encoder"]
+    k = model.coordinate_index(CRANK)
+    i0 = int(round((GAP[1] + 1.0) / DT))
+    err = {}
+    for name, readings in (("every", every), ("gap", gap)):
+        res = mbfg.estimate(model, sensors, readings, DT, len(truth[0]), method="fg-online",
+                            q0=q0, qd0=np.zeros(model.n), covariance=True)
+        e = wrap_angle(res.q[i0:, k] - truth[1][i0:, k])
+        err[name] = float(np.sqrt(np.mean(e ** 2)))
+    assert err["gap"] < 2.0 * err["every"], err
+    # the reported uncertainty grows through the gap (steps solved alone propagate it)
+    j = list(res.stats["indices"]).index(k)
+    before, end = int(round(GAP[0] / DT)) - 1, int(round(GAP[1] / DT)) - 1
+    assert res.z_std[end, j] > 3.0 * res.z_std[before, j]
+
+
+def _smoother_run(model, q0, sensors, readings, n, informative):
+    from mbfg.graphs.estimation import ObservedProblem, scaled_settings
+    from mbfg.solvers.smoother import FixedLagSmoother
+    est = scaled_settings(model, DT)
+    problem = ObservedProblem(model, sensors, readings, n, est, DT)
+    sm = FixedLagSmoother(problem, 10, max_iterations=est.max_iterations,
+                          relative_tolerance=est.relative_tolerance,
+                          absolute_tolerance=est.accept_decrease, reselect=None,
+                          on_failure="best",
+                          informative=problem.informative_steps if informative else None,
+                          min_informative=10)
+    sm.initialize(q0, np.zeros(model.n))
+    lengths, left = [], []
+    for _ in range(1, n):
+        sm.advance()
+        lengths.append(sm.W.shape[0])
+        left.append(len(sm.left))
+    return sm, np.array(lengths), np.array(left)
+
+
+def test_a_gap_stays_in_the_window_and_leaves_at_once(gap_case):
+    """The smoother's informative steps: through a gap the window grows (its new steps solved
+    alone); after 10 readings past the gap the whole gap is re-solved, then leaves in one
+    advance; every step leaves exactly once.  With a reading at every step nothing changes."""
+    model, q0, truth, cases = gap_case
+    sensors, every, gap = cases["encoder"]
+    n = int(round(GAP[1] / DT)) + 40
+    sm, lengths, left = _smoother_run(model, q0, sensors, gap, n, True)
+    gap_steps = int(round((GAP[1] - GAP[0]) / DT))
+    assert lengths.max() >= gap_steps + 10
+    assert left.max() >= gap_steps
+    assert lengths[-1] == 10
+    steps = [j for j, _ in sm.history] + list(range(sm.first, sm.first + sm.W.shape[0]))
+    assert steps == list(range(n))
+    plain, lengths_plain, _ = _smoother_run(model, q0, sensors, every, 60, False)
+    masked, lengths_masked, _ = _smoother_run(model, q0, sensors, every, 60, True)
+    assert lengths_plain.max() == lengths_masked.max() == 10
+    assert np.array_equal(plain.W, masked.W)
+
+
 # ---------------------------------------------------------------------------- coverage
 def test_coverage_counts_the_steps_inside_the_two_sigma_band():
     """A synthetic estimate with exactly Gaussian errors of its reported sigma covers the truth

@@ -146,6 +146,11 @@ def estimate_online(
         ``window`` times the median number of steps between steps that have a reading (an
         encoder read every 4th step: 4 x ``window`` steps), so that it always holds about
         ``window`` readings (:func:`window_steps`; ``stats["window"]`` is the length used).
+        A step leaves the window only when ``window`` readings after it have been solved
+        with it: a gap in the readings stays in the window (its steps solved one by one, the
+        step before held, so the uncertainty grows through the gap) until ``window``
+        readings after the gap have arrived; the whole gap is then re-solved with them and
+        leaves at once (``informative`` of :class:`~mbfg.solvers.smoother.FixedLagSmoother`).
     settings : EstimatorSettings, optional
         Default: :func:`~mbfg.graphs.estimation.scaled_settings` of ``model`` and ``dt``,
         noise and priors derived from the mechanism's scales, with an unknown weight error
@@ -171,11 +176,13 @@ def estimate_online(
                                    forces, robust)
     N = int(n_steps)
     lay = problem.layout
+    readings_in_window = int(window)
     window = window_steps(readings, window, N)
     sm = FixedLagSmoother(problem, window, max_iterations=est.max_iterations,
                            relative_tolerance=est.relative_tolerance,
                            absolute_tolerance=est.accept_decrease, reselect=None,
-                           on_failure="best")
+                           on_failure="best", informative=problem.informative_steps,
+                           min_informative=readings_in_window)
     causal = np.empty((N, lay.dim))
     covs = np.empty((N, lay.dim, lay.dim)) if covariance else None
     sm.initialize(q0, qd0)
@@ -185,9 +192,9 @@ def estimate_online(
     X = np.empty((N, lay.dim))
     every = max(1, N // 100)
     for k in range(1, N):
-        out = sm.advance()
-        if out is not None:
-            X[out[0]] = out[1]
+        sm.advance()
+        for j, x in sm.left:
+            X[j] = x
         causal[k] = sm.W[-1]
         if covariance:
             covs[k] = sm.newest_covariance()

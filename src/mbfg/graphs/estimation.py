@@ -349,6 +349,11 @@ class ObservedProblem(LeastSquaresProblem):
                 out.append(L.prior(lay, row, "Q", np.zeros(nf), s0))
         return out
 
+    @property
+    def informative_steps(self) -> np.ndarray:
+        """(n_steps,) bool: the steps with at least one reading."""
+        return np.any(np.vstack(self._has), axis=0) if self._has else np.zeros(self.n_steps, bool)
+
     def link_term(self, rows0: ArrayLike) -> BinaryLinear:
         if not self.force_indices:
             return super().link_term(rows0)

@@ -214,6 +214,20 @@ class FixedLagSmoother:
         :class:`~mbfg.errors.ConvergenceError` (simulation: never return garbage), or, with
         ``"best"`` (estimation: one bad window must not stop a long run), gets a full damped
         solve and keeps its best point; such windows are counted in ``unconverged``.
+    informative : (n_steps,) bool, optional
+        Which steps carry information of their own (an estimator's steps with a reading).
+        Given, a step leaves the window only when the window after it still holds
+        ``min_informative`` informative steps (and at least ``window`` steps), so a gap in the
+        readings is kept in the window until enough readings after it have arrived; they then
+        leave together (:meth:`_marginalize` of several rows).  A step without information
+        that extends the window beyond ``window`` steps is solved alone, its predecessor
+        held (:meth:`_solve_newest`): with nothing new to fit, the older steps' optimum does
+        not move, and the cost per step stays that of a one-step window.  The first reading
+        after the gap then re-solves the whole gap with it, from the marginal before the gap,
+        instead of trusting a Gaussian prior linearized at a prediction that has drifted for
+        the whole gap (not for causal problems, whose steps the past determines).
+    min_informative : int, optional
+        Default ``window``.
 
     Use :meth:`initialize` then :meth:`advance` (or :meth:`run`).  ``history`` receives
     (step, x) of each step as it leaves the window; :meth:`run` returns all steps.
@@ -222,7 +236,8 @@ class FixedLagSmoother:
     def __init__(self, problem, window: int = 2, *, max_iterations: int = 10,
                  relative_tolerance: float = 1e-6, absolute_tolerance: float = 1e-8,
                  step_tolerance: float | None = None, reselect: float | None = 0.9,
-                 on_failure: str = "raise"):
+                 on_failure: str = "raise", informative: ArrayLike | None = None,
+                 min_informative: int | None = None):
         if not isinstance(problem, SmootherProblem):
             raise TypeError(f"{type(problem).__name__} does not offer the SmootherProblem "
                             f"interface (layout, settings, pack, initial_priors, "
@@ -243,6 +258,11 @@ class FixedLagSmoother:
                          and problem.indices is not None else None)
         self.layout = problem.layout
         self.dim = problem.layout.dim
+        if informative is not None and getattr(problem, "causal", False):
+            raise ValueError("informative steps need a non-causal problem (a causal problem's "
+                             "past determines its steps)")
+        self.informative = None if informative is None else np.asarray(informative, bool)
+        self.min_informative = int(window if min_informative is None else min_informative)
         self._set_problem(problem)
         # statistics
         self.iterations = 0
@@ -297,11 +317,34 @@ class FixedLagSmoother:
     def newest_covariance(self) -> np.ndarray:
         """Marginal covariance (dim, dim) of the newest step of the window, from the window's
         last linearization (at the final Gauss-Newton point of the last solve): the last
-        conditional of the sequential QR elimination in time order."""
-        blocks, keys = self._last_linear
-        g = self._graph(blocks, keys)
-        bn = g.eliminateSequential(gtsam.Ordering(list(keys)), gtsam.EliminateQR)
-        Ri = np.linalg.inv(bn.back().R())
+        conditional of the sequential QR elimination in time order.  After a step solved
+        alone (:meth:`_solve_newest`), the previous step's square-root information is
+        propagated through the new step's links and rows (call this after every step)."""
+        newest = self.first + self.W.shape[0] - 1
+        if self._silent is not None:
+            if self._newest_R is None or self._newest_R[0] != newest - 1:
+                raise RuntimeError("newest_covariance after a step solved alone needs the "
+                                   "previous step's covariance (call it after every step)")
+            links, own = self._silent
+            d = self.dim
+            pair = self.W[-2:]
+            parts = [np.hstack([self._newest_R[1], np.zeros((d, d))])]
+            for t in links:
+                rows, A, _ = t.blocks(pair)
+                parts += [np.hstack([block(A[0], i), block(A[1], i)])
+                          for i in range(rows.shape[0])]
+            for t in own:
+                rows, A, _ = t.blocks(pair[1:])
+                parts += [np.hstack([np.zeros((A[0].shape[-2], d)), block(A[0], i)])
+                          for i in range(rows.shape[0])]
+            R = np.linalg.qr(np.vstack(parts), mode="r")[d:2 * d, d:2 * d]
+        else:
+            blocks, keys = self._last_linear
+            g = self._graph(blocks, keys)
+            bn = g.eliminateSequential(gtsam.Ordering(list(keys)), gtsam.EliminateQR)
+            R = bn.back().R()
+        self._newest_R = (newest, R)
+        Ri = np.linalg.pinv(R) if self._silent is not None else np.linalg.inv(R)
         return Ri @ Ri.T
 
     def _converged(self, D, predicted, err) -> bool:
@@ -323,6 +366,9 @@ class FixedLagSmoother:
         self.links = []  # each link's plan (ForwardProblem.link_plan)
         self._incoming = None  # plan of the link into row 0, carried by the marginal prior
         self.history = []
+        self.left = []  # (step, x) of the steps that left the window in the last advance
+        self._silent = None  # (links, own terms) when the newest step was solved alone
+        self._newest_R = None  # (step, square-root information) of newest_covariance
         self._solve()
         self._check_coordinates()
 
@@ -373,19 +419,52 @@ class FixedLagSmoother:
             self.links.append(link[0])
         W = np.vstack([W, pred])
         out = None
-        if W.shape[0] > self.window:
-            self._marginalize(W)
-            out = (self.first, W[0].copy())
-            self.history.append(out)
-            W = W[1:]
+        self.left = []
+        m = self._rows_leaving(W.shape[0])
+        if m:
+            self._marginalize(W, m)
+            self.left = [(self.first + i, W[i].copy()) for i in range(m)]
+            self.history.extend(self.left)
+            out = self.left[-1]
+            W = W[m:]
             if self.links:
-                self._incoming = self.links[0]
-            self.links = self.links[1:]
-            self.first += 1
+                self._incoming = self.links[m - 1]
+            self.links = self.links[m:]
+            self.first += m
         self.W = W
-        self._solve()
-        self._check_coordinates()
+        if self.informative is not None and W.shape[0] > self.window \
+                and self._informative_count(W.shape[0] - self.window, W.shape[0]) \
+                < self.min_informative:
+            self._solve_newest()
+        else:
+            self._solve()
+            self._check_coordinates()
         return out
+
+    def _informative_count(self, start: int, stop: int) -> int:
+        """Informative steps among window rows start .. stop - 1."""
+        steps = np.arange(self.first + start, self.first + stop)
+        steps = steps[(steps >= 0) & (steps < self.informative.size)]
+        return int(np.count_nonzero(self.informative[steps]))
+
+    def _rows_leaving(self, L: int) -> int:
+        """How many of the oldest rows leave a window of L rows (the new step included)."""
+        if L <= self.window:
+            return 0
+        if self.informative is None:
+            return 1
+        steps = np.arange(self.first, self.first + L)
+        info = np.zeros(L, bool)
+        inside = (steps >= 0) & (steps < self.informative.size)
+        info[inside] = self.informative[steps[inside]]
+        after = np.cumsum(info[::-1])[::-1]  # informative rows from each row to the newest
+        # ... of which a full solve has seen all but the newest: a step leaves only once the
+        # readings after it have corrected it (a gap's steps leave after their re-solve)
+        seen = info & (steps <= self._solved_through)
+        after_seen = np.cumsum(seen[::-1])[::-1]
+        ok = np.flatnonzero((np.arange(L) <= L - self.window) & (after >= self.min_informative)
+                            & (after_seen >= self.min_informative - 1))
+        return int(ok[-1]) if ok.size else 0
 
     def run(self, steps: int, progress: Callable | ProgressBar | None = None) -> np.ndarray:
         """Advance ``steps`` times from the initialized state; returns (steps + 1, dim): each
@@ -415,10 +494,11 @@ class FixedLagSmoother:
         return X
 
     # ----------------------------------------------------------------- internals
-    def _marginalize(self, W):
-        """Eliminate row 0 (linearized at the last solve's final linearization point) into a
-        Gaussian prior on row 1.  ``W``: the window with the new step appended (with a window
-        of one step, the link to it is linearized here, at the new step's prediction)."""
+    def _marginalize(self, W, m: int = 1):
+        """Eliminate rows 0 .. m-1 (linearized at the last solve's final linearization point)
+        into a Gaussian prior on row m, one row after the other.  ``W``: the window with the
+        new step appended (with a window of one step, the link to it is linearized here, at
+        the new step's prediction)."""
         d = self.dim
         if getattr(self.problem, "causal", False):
             plan = np.array(self.links[:1]) if self.links else None
@@ -427,25 +507,30 @@ class FixedLagSmoother:
             self.prior = [HeldPredecessor([t for t in terms if t.arity == 2], W[0])]
             return
         W_lin, blocks = self._lin
+        if m > 1 or self._lin_first != self.first:
+            W_lin, blocks = self._relinearized(W, m)
         if W_lin.shape[0] < 2:
             W_lin = np.vstack([W_lin[0], W[1]])
             plan = np.array(self.links[:1]) if self.links else None
             links = self.problem.window_terms([self.first, self.first + 1], plan,
                                               incoming=self._incoming)
             blocks = blocks + [b for b in (t.blocks(W_lin) for t in links) if len(b[1]) == 2]
-        top, bottom = [], []
-        for rows, A, e in blocks:
-            sel = np.flatnonzero(rows[:, 0] == 0)
-            for t in sel:
-                M = np.zeros((e.shape[1], 2 * d + 1))
-                M[:, :d] = block(A[0], t)
-                if len(A) == 2:
-                    M[:, d:2 * d] = block(A[1], t)
-                M[:, 2 * d] = e[t]
-                (top if len(A) == 1 else bottom).append(M)
-        R = np.linalg.qr(np.vstack(top + bottom), mode="r")
-        R1 = R[d:2 * d, d:2 * d]
-        r1 = R[d:2 * d, 2 * d]
+        carried = []  # rows [R | 0 | r] on row j left by eliminating row j - 1
+        for j in range(m):
+            top, bottom = list(carried), []
+            for rows, A, e in blocks:
+                sel = np.flatnonzero(rows[:, 0] == j)
+                for t in sel:
+                    M = np.zeros((e.shape[1], 2 * d + 1))
+                    M[:, :d] = block(A[0], t)
+                    if len(A) == 2:
+                        M[:, d:2 * d] = block(A[1], t)
+                    M[:, 2 * d] = e[t]
+                    (top if len(A) == 1 else bottom).append(M)
+            R = np.linalg.qr(np.vstack(top + bottom), mode="r")
+            R1 = R[d:2 * d, d:2 * d]
+            r1 = R[d:2 * d, 2 * d]
+            carried = [np.hstack([R1, np.zeros((R1.shape[0], d)), r1[:, None]])]
         # residual R1 (x1 - x1_lin) + r1 = U (S V^T (x1 - x1_lin) + U^T r1).  R1 may be rank
         # deficient (a window step's information is not always full); only its range is
         # kept: the rows along its null space hold rounding noise times x1 plus a constant
@@ -454,7 +539,17 @@ class FixedLagSmoother:
         U, sv, Vt = np.linalg.svd(R1, full_matrices=False)
         k = int(np.count_nonzero(sv > sv[0] * max(R1.shape) * np.finfo(float).eps)) if sv.size else 0
         A = sv[:k, None] * Vt[:k]
-        self.prior = [UnaryLinear([0], A, A @ W_lin[1] - U[:, :k].T @ r1)]
+        self.prior = [UnaryLinear([0], A, A @ W_lin[m] - U[:, :k].T @ r1)]
+
+    def _relinearized(self, W, m):
+        """(W_lin, blocks) of rows 0 .. m of the window before the new step was appended, at
+        their current estimates, when the last full solve does not cover them (rows that
+        leave together after a gap; relative row indices).  Only the factors of those rows
+        are linearized: the prior and the rows 0 .. m window terms."""
+        rows = W[:m + 1]
+        steps = np.arange(self.first, self.first + m + 1)
+        terms = self.prior + self.problem.window_terms(steps)
+        return rows, [t.blocks(rows) for t in terms]
 
     def _solve(self):
         """Gauss-Newton on the current window (see module docstring)."""
@@ -463,6 +558,34 @@ class FixedLagSmoother:
         steps = np.arange(self.first, self.first + L)
         terms = self.prior + self.problem.window_terms(
             steps, np.array(self.links) if self.links else None, incoming=self._incoming)
+        W, lin = self._gauss_newton(W, terms, steps)
+        self._lin = lin
+        self._lin_first = self.first
+        self._solved_through = int(steps[-1])
+        self._silent = None
+        self.W = W
+        self.steps_done += 1
+
+    def _solve_newest(self):
+        """Gauss-Newton on the newest step alone, the step before it held at its estimate
+        (:class:`HeldPredecessor` of the links between them): a step without information of
+        its own in a window that already spans a gap (see ``informative``)."""
+        W = self.W
+        k = self.first + W.shape[0] - 1
+        links = [t for t in self.problem.window_terms([k - 1, k]) if t.arity == 2]
+        own = self.problem.window_terms([k])
+        x, _ = self._gauss_newton(W[-1:], [HeldPredecessor(links, W[-2])] + own,
+                                  np.array([k]))
+        W = W.copy()
+        W[-1] = x[0]
+        self.W = W
+        self._silent = (links, own)
+        self.steps_done += 1
+
+    def _gauss_newton(self, W, terms, steps):
+        """The Gauss-Newton loop of :meth:`_solve` on the rows W of ``steps`` with ``terms``;
+        returns the solution and its linearization (W, blocks)."""
+        L = W.shape[0]
         keys = self.layout.keys(range(L))
         it = 0
         W_prev, prev_err = W, np.inf
@@ -500,9 +623,7 @@ class FixedLagSmoother:
             raise ConvergenceError(
                 f"fixed-lag smoother did not converge at step {steps[-1]} "
                 f"(window {steps[0]}-{steps[-1]})", residual=err, iterations=it)
-        self._lin = lin
-        self.W = W
-        self.steps_done += 1
+        return W, lin
 
     def _check_coordinates(self):
         """Switch independent coordinates when the current ones become ill-conditioned."""
