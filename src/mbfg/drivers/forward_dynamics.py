@@ -167,7 +167,8 @@ def _solve_segment(problem, p, start, stop, dt, links):
                           seg.layout.keys(steps), step_scale=seg.step_scale,
                           step_tolerance=seg.settings.step_tolerance,
                           max_iterations=SEGMENT_ITERATIONS if stop > start + 1 else 50,
-                          what=f"batch forward dynamics (steps {start}-{stop})")
+                          what=f"batch forward dynamics (steps {start}-{stop})",
+                          causal=getattr(seg, "causal", False))
     return seg, stop, Xs, plan, st
 
 
@@ -259,14 +260,20 @@ def explicit_guess(
     vc = np.empty_like(qc)
     ac = np.empty_like(qc)
     qc[0], vc[0] = q0, qd0
-    ac[0] = D.forward_dynamics(mech, q0, qd0, Qc(0))
+    # one state per call: the fused single-state kernels
+    accelerations, project = D.StateDynamics(mech), K.StateProjection(mech)
+    q, v = np.array(q0, float), np.array(qd0, float)
+    a = accelerations(q, v, Qc(0))
+    ac[0], hh = a, 0.5 * h * h
     for k in range(Nc):
-        qc[k + 1] = qc[k] + h * vc[k] + 0.5 * h * h * ac[k]
-        ac[k + 1] = D.forward_dynamics(mech, qc[k + 1], vc[k] + h * ac[k], Qc(k + 1))
-        vc[k + 1] = vc[k] + 0.5 * h * (ac[k] + ac[k + 1])
+        q = q + h * v + hh * a
+        a1 = accelerations(q, v + h * a, Qc(k + 1))
+        v = v + 0.5 * h * (a + a1)
+        a = a1
         if (k + 1) % 10 == 0:  # keep the coarse path near the constraint manifold
-            qc[k + 1] = K.solve_positions_batch(mech, qc[k + 1], max_iter=3)[0][0]
-            vc[k + 1] = K.project_velocities_batch(mech, qc[k + 1][None], vc[k + 1][None])[0]
+            q = project.positions(q, max_iter=3)
+            v = project.velocities(q, v)
+        qc[k + 1], vc[k + 1], ac[k + 1] = q, v, a
     # cubic Hermite interpolation of q (with v) and linear interpolation of v
     t = np.arange(N + 1) * dt
     i = np.minimum((t / h).astype(int), Nc - 1)

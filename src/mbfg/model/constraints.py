@@ -227,6 +227,113 @@ def acceleration_constraints(
     return acceleration_bias(mech, q, qd) + velocity_constraints(mech, q, qdd)
 
 
+DENSE_STATE_ENTRIES = 4096
+"""Mechanisms without angle rows whose constraint Hessian has at most this many entries
+(m n^2) evaluate :meth:`StateConstraints.jacobian_bias` from its dense form (a performance
+threshold: fewer array operations per call; the per-row tables otherwise)."""
+
+
+class StateConstraints:
+    """Phi, Phi_q and the acceleration bias of one state at a time, fused: the kernels above
+    for a single q (n,) with every index array precomputed, so that an explicit time step
+    costs a few small array operations rather than the batch kernels' fixed overhead per
+    call.  The same values as :func:`position_constraints`, :func:`constraint_jacobian` and
+    :func:`acceleration_bias` to rounding (a test checks it).  ``jacobian`` and
+    ``evaluate`` return one internal (m, n) buffer, overwritten by the next call."""
+
+    def __init__(self, mech: Mechanism):
+        self.mech = mech
+        n, m = mech.n, mech.m
+        self.J = np.zeros((m, n))
+        self.mq, self.na = mech.m_quadratic, mech.angle_coords.size
+        if self.mq:
+            mask, rows, cols = mech._quad_slots
+            self._qc, self._H, self._g, self._c = (mech.quad_coords, mech.quad_H, mech.quad_g,
+                                                   mech.quad_c)
+            self._qsel = np.flatnonzero(mask.ravel())
+            self._qJ = rows * n + cols
+            self._qc2 = np.stack([self._qc % n, self._qc % n + n], axis=2)
+        # without angle rows Phi_q is affine in q: for small mechanisms its dense form
+        # (m n, n) is fewer operations than the per-row tables (its size is quadratic in n)
+        self._dense = None
+        if self.na == 0 and m * n * n <= DENSE_STATE_ENTRIES:
+            Hd = np.zeros((m, n, n))
+            mask, rows, ci, cj = mech._quad_hessian_slots
+            np.add.at(Hd, (rows, ci, cj), mech.quad_H[mask])
+            gd = np.zeros((m, n))
+            gmask, grows, gcols = mech._quad_slots
+            np.add.at(gd, (grows, gcols), mech.quad_g[gmask])
+            self._dense = (Hd.reshape(m * n, n), gd.reshape(m * n))
+        if self.na:
+            mask, rows, cols = mech._angle_slots
+            self._th, self._adc = mech.angle_coords, mech.angle_d_coords
+            self._aD, self._ad0 = mech.angle_D, mech.angle_d0
+            self._asel = np.flatnonzero(mask.ravel())
+            self._aJ = rows * n + cols
+            self._tJ = (self.mq + np.arange(self.na)) * n + self._th
+
+    def _angles(self, q):
+        th = q[self._th]
+        d = (self._aD @ q[self._adc][:, :, None])[:, :, 0] + self._ad0
+        return d, np.sin(th), np.cos(th)
+
+    def evaluate(self, q: np.ndarray, phi: bool = True) -> tuple:
+        """(Phi (m,) or None, Phi_q (m, n)) at q (n,)."""
+        J, out = self.J, (np.empty(self.J.shape[0]) if phi else None)
+        mq = self.mq
+        if mq:
+            u = q[self._qc]
+            Hu = (self._H @ u[:, :, None])[:, :, 0]
+            grad = Hu + self._g
+            J.put(self._qJ, grad.ravel().take(self._qsel))
+            if phi:
+                out[:mq] = np.einsum("ki,ki->k", 0.5 * Hu + self._g, u) + self._c
+        if self.na:
+            d, s, c = self._angles(q)
+            D = self._aD
+            J.put(self._aJ, (D[:, 0] * s[:, None] - D[:, 1] * c[:, None]).ravel()
+                  .take(self._asel))
+            J.put(self._tJ, d[:, 0] * c + d[:, 1] * s)
+            if phi:
+                out[mq:] = d[:, 0] * s - d[:, 1] * c
+        return out, J
+
+    def jacobian(self, q: np.ndarray) -> np.ndarray:
+        """Phi_q (m, n) at q (n,)."""
+        return self.evaluate(q, phi=False)[1]
+
+    def jacobian_bias(self, q: np.ndarray, qd: np.ndarray) -> tuple:
+        """(Phi_q (m, n), dPhi_q/dt qdot (m,)) at (q, qdot): :meth:`jacobian` and
+        :meth:`bias` sharing their gathers and products."""
+        if self.na:
+            return self.jacobian(q), self.bias(q, qd)
+        if self._dense is not None:  # small mechanisms: Phi_q = H q + g with H (m n, n)
+            Hd, gd = self._dense
+            m, n = self.J.shape
+            J = (Hd @ q + gd).reshape(m, n)
+            return J, (Hd @ qd).reshape(m, n) @ qd
+        U = np.concatenate((q, qd))[self._qc2]  # (m_q, k_q, 2): q and qdot on each row
+        HU = self._H @ U
+        self.J.put(self._qJ, (HU[:, :, 0] + self._g).ravel().take(self._qsel))
+        return self.J, np.einsum("ki,ki->k", HU[:, :, 1], U[:, :, 1])
+
+    def bias(self, q: np.ndarray, qd: np.ndarray) -> np.ndarray:
+        """dPhi_q/dt qdot = qdot^T Phi_qq qdot (m,) at (q, qdot) (c = -this, Eq. 3)."""
+        out = np.empty(self.J.shape[0])
+        mq = self.mq
+        if mq:
+            ud = qd[self._qc]
+            out[:mq] = np.einsum("ki,ki->k", (self._H @ ud[:, :, None])[:, :, 0], ud)
+        if self.na:
+            d, s, c = self._angles(q)
+            D = self._aD
+            vth = qd[self._th]
+            w = D[:, 0] * c[:, None] + D[:, 1] * s[:, None]
+            wv = np.einsum("ai,ai->a", w, qd[self._adc])
+            out[mq:] = 2.0 * vth * wv - (d[:, 0] * s - d[:, 1] * c) * vth * vth
+        return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Redundant constraints: a per-state choice of independent rows
 # ---------------------------------------------------------------------------------------------
@@ -286,5 +393,6 @@ def take_rows(a: ArrayLike, rows: ArrayLike, trailing: int = 0) -> np.ndarray:
 __all__ = [
     "position_constraints", "constraint_jacobian", "hessian_times", "constraint_jacobian_dot",
     "constraint_hessian", "hessian_weighted_sum", "velocity_constraints", "acceleration_bias",
-    "acceleration_bias_jacobian", "acceleration_constraints", "independent_rows", "take_rows"
+    "acceleration_bias_jacobian", "acceleration_constraints", "independent_rows", "take_rows",
+    "StateConstraints"
 ]

@@ -452,6 +452,64 @@ def project_velocities_batch(mech: Mechanism, q: ArrayLike, v: ArrayLike) -> np.
     return v - (np.swapaxes(J, 1, 2) @ y)[..., 0]
 
 
+class StateProjection:
+    """:func:`solve_positions_batch` (a projection: no fixed coordinates) and
+    :func:`project_velocities_batch` for one state at a time, on the fused single-state
+    constraint kernels (:class:`~mbfg.model.constraints.StateConstraints`): the same Newton
+    iterations, minimum-norm steps and unit-free convergence test, the same results to
+    rounding, at a fraction of the batch functions' fixed cost per call (explicit time
+    stepping projects one state every few steps).  Mechanisms with redundant constraints
+    (rows chosen per state) use the batch functions themselves."""
+
+    def __init__(self, mech: Mechanism):
+        self.mech = mech
+        self.constraints = C.StateConstraints(mech)
+        self.general = mech.independent_rows.size < mech.m
+        self._c = coordinate_scales(mech)
+        from scipy.linalg.lapack import dgesv
+        self._gesv = dgesv
+
+    def positions(self, q: ArrayLike, *, tol: float = 1e-12, max_iter: int = 30) -> np.ndarray:
+        """q (n,) moved onto Phi = 0 (the configuration after the last iteration, converged
+        or not, as :func:`solve_positions_batch`)."""
+        if self.general:
+            return solve_positions_batch(self.mech, q, tol=tol, max_iter=max_iter)[0][0]
+        q = np.array(q, dtype=float)
+        phi, J = self.constraints.evaluate(q)
+        with np.errstate(all="ignore"):
+            Jc = J * self._c  # constraint_scales at the guess
+            rows = np.sqrt(np.einsum("ij,ij->i", Jc, Jc))
+            largest = rows.max(initial=0.0)
+            inv = 1.0 / np.where(rows > 0.0, rows, largest if largest > 0.0 else 1.0)
+            for it in range(max_iter + 1):
+                if it:
+                    phi, J = self.constraints.evaluate(q)
+                res = np.abs(phi * inv).max(initial=0.0)
+                if res <= tol or not np.isfinite(res) or it == max_iter:
+                    break
+                q += self._minimum_norm(J, -phi)
+        return q
+
+    def _minimum_norm(self, J, rhs):
+        """J^T (J J^T)^-1 rhs (:func:`_minimum_norm_step` for one state)."""
+        if J.shape[0] < J.shape[1]:
+            _, _, y, info = self._gesv(J @ J.T, rhs)
+            if info == 0:
+                return J.T @ y
+        return _minimum_norm_step(J[None], rhs[None])[0]
+
+    def velocities(self, q: ArrayLike, v: ArrayLike) -> np.ndarray:
+        """The minimum-norm projection of v (n,) onto Phi_q(q) v = 0."""
+        v = np.asarray(v, float)
+        if self.general:
+            return project_velocities_batch(self.mech, np.asarray(q)[None], v[None])[0]
+        J = self.constraints.jacobian(np.asarray(q, float))
+        _, _, y, info = self._gesv(J @ J.T, J @ v)
+        if info:
+            raise np.linalg.LinAlgError("Singular matrix")
+        return v - J.T @ y
+
+
 __all__ = [
     "numerical_rank", "independent_constraint_rows", "solve_position",
     "solve_finite_displacement", "choose_independent_coordinates", "selection_matrix",
@@ -460,5 +518,5 @@ __all__ = [
     "solve_velocity", "acceleration_rhs", "solve_acceleration", "project_velocity",
     "release_state", "branch_point",
     "point_coordinate_indices", "inverse_kinematics_point_path", "solve_positions_batch",
-    "project_velocities_batch"
+    "project_velocities_batch", "StateProjection"
 ]

@@ -10,6 +10,12 @@ This loop keeps the estimate as a numpy array ``X`` (one row per step vector, se
   usual delta form ``||A delta + e(X)||``;
 * ``delta`` by sequential QR elimination in time order (in C++; QR rather than Cholesky
   because the constraint factors are many orders tighter than the others);
+* causal square graphs (``causal=True``: forward dynamics, where each step's own rows and the
+  link into it determine it) have a block lower-bidiagonal Jacobian in time order, and their
+  undamped Gauss-Newton step is solved by block forward substitution instead
+  (:func:`causal_step`: one batched LU of the steps' square diagonal blocks and a recurrence
+  over the steps, the same step as the QR to rounding); gtsam's QR remains the fallback
+  whenever the system is not of that shape, a diagonal block is singular, or damping is on;
 * the step is accepted if the total error decreases; otherwise Levenberg-Marquardt damping
   ``lambda ||D delta||^2`` with Marquardt's scaling D^2 = diag(J^T J) is added and the step
   retried (the damping is then dimensionless: it weighs each component by its own
@@ -33,6 +39,7 @@ import numpy as np
 
 from mbfg.errors import ConvergenceError
 from mbfg.factors.gaussian import unit_noise
+from mbfg.graphs.batch_term import add_blocks
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -80,6 +87,14 @@ def residual_floor(step_tolerance: float | None) -> float:
     return 0.0 if step_tolerance is None else 0.5 * float(step_tolerance) ** 2
 
 
+def _linearization(terms, X, keys, causal):
+    """(gtsam graph, None), or for causal problems (None, the terms' blocks): the graph is
+    then built only if gtsam has to eliminate it."""
+    if causal:
+        return None, [t.blocks(X) for t in terms]
+    return linearize(terms, X, keys), None
+
+
 def total_error(terms: list, X: ArrayLike) -> float:
     return float(sum(t.error(X) for t in terms))
 
@@ -90,6 +105,128 @@ def linearize(terms: list, X: ArrayLike, keys: list) -> gtsam.GaussianFactorGrap
     for t in terms:
         t.linearize(X, keys, lin)
     return lin
+
+
+def graph_of(blocks: list, keys: list) -> gtsam.GaussianFactorGraph:
+    """Native gtsam Gaussian factors of the terms' linearized blocks
+    (:meth:`~mbfg.graphs.batch_term.BatchTerm.blocks`); the same graph as :func:`linearize`."""
+    lin = gtsam.GaussianFactorGraph()
+    for b in blocks:
+        add_blocks(b, keys, lin)
+    return lin
+
+
+CAUSAL_STEP_MAX_ENTRIES = 2 ** 24
+"""Most entries (16.8 M, 134 MB) of the dense per-step block arrays that :func:`causal_step`
+allocates for a whole segment (its diagonal and link blocks); beyond, a large mechanism's
+steps are eliminated by gtsam's QR one at a time instead."""
+
+
+def causal_step(blocks: list, n_steps: int, dim: int, work: dict | None = None) -> tuple | None:
+    """The Gauss-Newton step (n_steps, dim) minimizing ``sum ||A delta + e||^2`` of the
+    linearized blocks of a causal square graph, and that sum's half (the error the linear
+    model predicts), by block forward substitution; None when the system is not of that
+    shape or a diagonal block is singular (the caller then eliminates it with gtsam).
+
+    The shape: every factor touches one step or two consecutive ones; the rows of step k are
+    those of the factors whose last step is k.  Step 0 has at least ``dim`` rows (its priors
+    may over-determine it: least squares by QR), every later step exactly ``dim`` nonzero
+    rows (rows that are exactly zero, e.g. a link's energy row of zero weight, are dropped).
+    Then, with D_k the block of step k's rows on x_k and L_k the one on x_{k-1},
+
+        D_k delta_k = -e_k - L_k delta_{k-1},
+
+    solved with one batched LU of every D_k.  L_k has few nonzero rows (the integrator links),
+    so only the columns of D_k^-1 for those rows are formed.  The solution is that of gtsam's
+    elimination of the same factors (both exact for a nonsingular square system; the step-0
+    least squares leaves the later rows free to be met exactly).  ``work``: a dict owned by
+    the caller in which the arrays of one call are kept for the next (of the same size), so
+    that their memory is not faulted in again every iteration."""
+    if n_steps == 0:
+        return None
+    cnt = np.zeros(n_steps, int)
+    for rows, _, e in blocks:
+        last = rows[:, -1]
+        if rows.shape[1] > 2 or (rows.shape[1] == 2 and np.any(rows[:, 0] != last - 1)):
+            return None
+        if e.shape[1] and np.unique(last).size != last.size:
+            return None  # two factors of one family on a step: not the causal graph's shape
+        cnt[last] += e.shape[1]
+    if cnt[0] < dim or np.any(cnt[1:] < dim):
+        return None
+    cap = int(cnt.max())
+    if 2 * n_steps * cap * dim > CAUSAL_STEP_MAX_ENTRIES:
+        return None  # a large mechanism: gtsam's QR works one step at a time
+    Dg = _zeros(work, "D", (n_steps, cap, dim))
+    Lo = _zeros(work, "L", (n_steps, cap, dim))
+    E = _zeros(work, "e", (n_steps, cap))
+    lpos = np.zeros(cap, bool)  # row positions that may hold a block on the previous step
+    fill = np.zeros(n_steps, int)
+    # the families covering most steps first: they fill the same positions of every step
+    # (slices instead of scattering); the order of a step's rows does not change its solution
+    for rows, A, e in sorted(blocks, key=lambda b: -b[2].shape[0]):
+        T, r = e.shape
+        if T * r == 0:
+            continue
+        s = rows[:, -1]
+        o = fill[s]
+        if s[-1] - s[0] == T - 1 and o[0] == o[-1] and np.all(o == o[0]):
+            at = (slice(s[0], s[0] + T), slice(o[0], o[0] + r))  # contiguous, same positions
+        else:
+            at = (s[:, None], o[:, None] + np.arange(r))
+        Dg[at] = A[-1]
+        if len(A) == 2:
+            Lo[at] = A[0]
+            lpos[o.min():o.max() + r] = True
+        E[at] = e
+        fill[s] += r
+    R0, e0 = Dg[0, :cnt[0]].copy(), E[0, :cnt[0]].copy()
+    over = 1 + np.flatnonzero(cnt[1:] > dim)
+    if over.size:  # steps with more rows: keep their nonzero rows, which must be dim
+        Do, Lov, Eo = Dg[over], Lo[over], E[over]
+        live = np.any(Do != 0.0, axis=2) | np.any(Lov != 0.0, axis=2) | (Eo != 0.0)
+        if np.any(live.sum(axis=1) != dim):
+            return None
+        keep = np.argsort(~live, axis=1, kind="stable")[:, :dim]
+        t = np.arange(over.size)[:, None]
+        Dg[over, :dim], Lo[over, :dim], E[over, :dim] = Do[t, keep], Lov[t, keep], Eo[t, keep]
+        lpos[:dim] |= np.any(Lo[over, :dim] != 0.0, axis=(0, 2))
+    Dk, Lk, Ek = Dg[1:, :dim], Lo[1:, :dim], E[1:, :dim]
+    lrows = np.flatnonzero(lpos[:dim])
+    # D_k^-1 [e_k, the unit columns of L_k's rows]: L_k's few nonzero rows carry the link
+    rhs = np.zeros((n_steps - 1, dim, 1 + lrows.size))
+    rhs[:, :, 0] = Ek
+    rhs[:, lrows, 1 + np.arange(lrows.size)] = 1.0
+    try:
+        Q, R = np.linalg.qr(R0)
+        x0 = np.linalg.solve(R, -(Q.T @ e0))
+        G = np.linalg.solve(Dk, rhs) if n_steps > 1 else rhs
+    except np.linalg.LinAlgError:
+        return None
+    P = list(G[:, :, 1:] @ Lk[:, lrows, :])  # D_k^-1 L_k
+    xs, prev = [x0], x0
+    for Pk, gk in zip(P, list(-G[:, :, 0])):
+        prev = gk - Pk @ prev
+        xs.append(prev)
+    x = np.array(xs)
+    if not np.all(np.isfinite(x)):
+        return None
+    r0 = R0 @ x[0] + e0
+    rk = (Dk @ x[1:, :, None])[:, :, 0] + (Lk @ x[:-1, :, None])[:, :, 0] + Ek
+    return x, 0.5 * float(r0 @ r0 + np.sum(rk * rk))
+
+
+def _zeros(work: dict | None, name: str, shape: tuple) -> np.ndarray:
+    """A zero array of ``shape``, reusing the one of ``work`` (a dict owned by the caller)
+    when it has that shape."""
+    if work is None:
+        return np.zeros(shape)
+    buf = work.get(name)
+    if buf is None or buf.shape != shape:
+        buf = work[name] = np.zeros(shape)
+    else:
+        buf.fill(0.0)
+    return buf
 
 
 def read_delta(delta: gtsam.VectorValues, keys: list) -> np.ndarray:
@@ -127,6 +264,7 @@ def optimize(
     step_scale: np.ndarray | None = None,
     step_tolerance: float | None = None,
     what: str = "batch optimization",
+    causal: bool = False,
 ) -> tuple:
     """Minimize ``sum(term.error(X))`` over the step vectors ``X`` (N, dim) with keys ``keys``.
 
@@ -137,6 +275,9 @@ def optimize(
     the first step from a rough initial estimate overshoot, and the next one lands near the
     optimum); if that does not produce a new best error, the best point is restored and
     Levenberg-Marquardt damping is used from there.
+
+    ``causal``: the graph is square and causal (see :func:`causal_step`), so undamped steps
+    are solved by block forward substitution, and by gtsam's QR only where that declines.
     """
     t0 = time.perf_counter()
     X = np.array(X, float)
@@ -152,29 +293,42 @@ def optimize(
     converged = err <= absolute_tolerance
     best_X, best_err = X, err
     trial = 0  # consecutive undamped steps taken although they raised the error
+    work: dict = {}  # causal_step's arrays, kept from one iteration to the next
     while not converged and stats.iterations < max_iterations:
-        base = linearize(terms, X, keys)
+        base, blocks = _linearization(terms, X, keys, causal)
         damping_scale = None  # of this linearization, when a damped step needs it
         accepted = False
         while stats.iterations < max_iterations and lam <= 1e12:
             stats.iterations += 1
-            lin = base
-            if lam > 0.0:
-                lin = gtsam.GaussianFactorGraph()
-                lin.push_back(base)
-                if damping_scale is None:
-                    damping_scale = marquardt_scale(base, keys, dim)
-                z, model = np.zeros(dim), unit_noise(dim)
-                for i, k in enumerate(keys):
-                    lin.add(k, np.diag(np.sqrt(lam) * damping_scale[i]), z, model)
-            try:
-                delta = lin.eliminateSequential(ordering, gtsam.EliminateQR).optimize()
-                predicted = float(base.error(delta))
-                prev_X = X
-                Y = X + read_delta(delta, keys)
+            step = None
+            if lam == 0.0 and blocks is not None:
+                step = causal_step(blocks, len(keys), dim, work)
+                if step is None:  # not of the causal shape here: gtsam's QR decides
+                    base, blocks = graph_of(blocks, keys), None
+            prev_X = X
+            if step is not None:
+                predicted = step[1]
+                Y = X + step[0]
                 new_err = total_error(terms, Y)
-            except RuntimeError:  # indeterminant linear system: damp and retry
-                predicted = new_err = np.inf
+            else:
+                if base is None:
+                    base = graph_of(blocks, keys)
+                lin = base
+                if lam > 0.0:
+                    lin = gtsam.GaussianFactorGraph()
+                    lin.push_back(base)
+                    if damping_scale is None:
+                        damping_scale = marquardt_scale(base, keys, dim)
+                    z, model = np.zeros(dim), unit_noise(dim)
+                    for i, k in enumerate(keys):
+                        lin.add(k, np.diag(np.sqrt(lam) * damping_scale[i]), z, model)
+                try:
+                    delta = lin.eliminateSequential(ordering, gtsam.EliminateQR).optimize()
+                    predicted = float(base.error(delta))
+                    Y = X + read_delta(delta, keys)
+                    new_err = total_error(terms, Y)
+                except RuntimeError:  # indeterminant linear system: damp and retry
+                    predicted = new_err = np.inf
             if lam == 0.0 and trial == 0 and err - predicted <= relative_tolerance * err:
                 converged = True  # the Gauss-Newton model promises no further decrease
                 break
@@ -201,7 +355,7 @@ def optimize(
             if trial:  # the watchdog steps did not pay off: back to the best point, damped
                 X, err, trial = best_X, best_err, 0
                 lam = initial_lambda
-                base = linearize(terms, X, keys)
+                base, blocks = linearize(terms, X, keys), None
                 damping_scale = None
                 continue
             lam = initial_lambda if lam == 0.0 else lam * 10.0
@@ -219,5 +373,5 @@ def optimize(
 
 __all__ = [
     "SolverStats", "step_converged", "residual_floor", "marquardt_scale",
-    "total_error", "linearize", "read_delta", "optimize"
+    "total_error", "linearize", "graph_of", "causal_step", "read_delta", "optimize"
 ]

@@ -1,0 +1,166 @@
+"""The fused single-state kernels (StateConstraints, StateDynamics, StateProjection) against
+the batch kernels they stand in for, and their Jacobian against central differences; and the
+batch solver's block forward substitution (causal_step) against gtsam's QR of the same graph."""
+import numpy as np
+import pytest
+
+from conftest import FD_MECHANISMS, fd_states, load
+from mbfg.model import constraints as C
+from mbfg.model import dynamics as D
+from mbfg.model import kinematics as K
+from mbfg.model.scales import coordinate_scales
+from mbfg.testing import check_jacobian
+
+
+def _rounding(*arrays):
+    """Round-off level of values built from ``arrays``: a few hundred ulps of their size."""
+    return 256 * np.finfo(float).eps * max(1.0, *(float(np.max(np.abs(a))) for a in arrays))
+
+
+def _states(name, i):
+    mech, sts = fd_states(name)
+    q, qd, _ = sts[i]
+    rng = np.random.default_rng(i)
+    # off the manifold too: the kernels must agree everywhere
+    c = coordinate_scales(mech)
+    return mech, q + 1e-3 * c * rng.normal(size=q.shape), qd + rng.normal(size=q.shape), rng
+
+
+@pytest.mark.parametrize("name", FD_MECHANISMS)
+@pytest.mark.parametrize("i", range(3))
+def test_state_constraints_match_batch_kernels(name, i):
+    mech, q, qd, _ = _states(name, i)
+    sc = C.StateConstraints(mech)
+    phi, J = sc.evaluate(q)
+    phi, J = phi.copy(), J.copy()
+    ref_phi, ref_J = C.position_constraints(mech, q), C.constraint_jacobian(mech, q)
+    np.testing.assert_allclose(phi, ref_phi, rtol=0, atol=_rounding(ref_phi, q))
+    np.testing.assert_allclose(J, ref_J, rtol=0, atol=_rounding(ref_J))
+    np.testing.assert_allclose(sc.jacobian(q), ref_J, rtol=0, atol=_rounding(ref_J))
+    bias = C.acceleration_bias(mech, q, qd)
+    np.testing.assert_allclose(sc.bias(q, qd), bias, rtol=0, atol=_rounding(bias, ref_J))
+    Jb, b = sc.jacobian_bias(q, qd)
+    np.testing.assert_allclose(Jb, ref_J, rtol=0, atol=_rounding(ref_J))
+    np.testing.assert_allclose(b, bias, rtol=0, atol=_rounding(bias, ref_J))
+
+
+@pytest.mark.parametrize("name", FD_MECHANISMS)
+def test_state_constraints_jacobian_central_differences(name):
+    mech, q, qd, _ = _states(name, 0)
+    sc = C.StateConstraints(mech)
+    check_jacobian(lambda x: sc.evaluate(x)[0].copy(), q, sc.jacobian(q).copy(),
+                   name="fused Phi_q")
+    # the bias is qdot^T Phi_qq qdot = d(Phi_q(q) qdot)/dq qdot
+    check_jacobian(lambda x: sc.jacobian(x) @ qd, q,
+                   C.hessian_times(mech, q, qd), name="d(Phi_q qdot)/dq (bias check)")
+    np.testing.assert_allclose(C.hessian_times(mech, q, qd) @ qd, sc.bias(q, qd), rtol=0,
+                               atol=_rounding(sc.bias(q, qd), sc.jacobian(q)))
+
+
+@pytest.mark.parametrize("name", FD_MECHANISMS)
+@pytest.mark.parametrize("forces", [False, True])
+def test_state_dynamics_match_forward_dynamics(name, forces):
+    mech, sts = fd_states(name)
+    f = D.StateDynamics(mech)
+    rng = np.random.default_rng(3)
+    for q, qd, _ in sts[:3]:
+        Q = rng.normal(size=mech.n) * np.abs(mech.gravity_forces()).max() if forces else None
+        ref = D.forward_dynamics(mech, q, qd, Q)
+        np.testing.assert_allclose(f(q, qd, Q), ref, rtol=0, atol=1e3 * _rounding(ref))
+
+
+def test_state_dynamics_with_friction():
+    import mbfg
+    from mbfg.resources import mechanism_path
+    text = mechanism_path("slider-crank").read_text(encoding="utf-8") + (
+        "\nfriction:\n"
+        "  - {type: joint, bodies: [0, 1], viscous: 0.01, coulomb: 0.02, width: 0.5}\n"
+        "  - {type: slider, constraint: 0, viscous: 2.0, coulomb: 0.5, width: 0.1}\n")
+    mech = mbfg.mechanism_from_yaml(text, "slider-crank+friction")
+    assert mech.friction_elements
+    f = D.StateDynamics(mech)
+    _, sts = fd_states("slider-crank")
+    for q, qd, _ in sts[:3]:
+        ref = D.forward_dynamics(mech, q, qd)
+        np.testing.assert_allclose(f(q, qd), ref, rtol=0, atol=1e3 * _rounding(ref))
+
+
+@pytest.mark.parametrize("name", FD_MECHANISMS)
+def test_state_projection_matches_batch(name):
+    mech, q, qd, rng = _states(name, 1)
+    p = K.StateProjection(mech)
+    for max_iter in (1, 3, 30):
+        ref = K.solve_positions_batch(mech, q, max_iter=max_iter)[0][0]
+        np.testing.assert_allclose(p.positions(q, max_iter=max_iter), ref, rtol=0,
+                                   atol=1e3 * _rounding(ref))
+    qa = K.solve_positions_batch(mech, q)[0][0]
+    ref = K.project_velocities_batch(mech, qa[None], qd[None])[0]
+    np.testing.assert_allclose(p.velocities(qa, qd), ref, rtol=0, atol=1e3 * _rounding(ref, qd))
+
+
+@pytest.mark.parametrize("name,coords", [("fourbar", "dependent"), ("slider-crank", "dependent"),
+                                         ("fourbar-crank-angle", "independent"),
+                                         ("pick-and-place-robot", "dependent")])
+def test_causal_step_equals_gtsam_qr(name, coords):
+    """The block forward substitution gives gtsam's QR step of the forward graph (the
+    explicit estimate's, where the update is largest) and its predicted error; it declines
+    the graphs of redundant constraints."""
+    import gtsam
+
+    from mbfg.drivers.forward_dynamics import explicit_guess, make_problem
+    from mbfg.solvers.batch import causal_step, linearize, read_delta
+
+    mech = load(name)
+    q0, v0 = K.release_state(mech, None, None)
+    idx = (4,) if coords == "independent" else None
+    pb = make_problem(mech, 1e-3, coords, "trapezoidal", idx, q0)
+    N = 60
+    q, v, a = explicit_guess(mech, q0, v0, 1e-3, N)
+    X = pb.pack(q, v, a)
+    if "lam" in pb.layout.names:
+        X[:, pb.layout.slice("lam")] = D.multipliers(mech, q, v, a)
+    plan = pb.link_plan(X[1:], None, start=X[:-1])
+    steps = np.arange(N + 1)
+    terms, keys = pb.terms(steps, q0, v0, plan), pb.layout.keys(steps)
+    lin = linearize(terms, X, keys)
+    delta = lin.eliminateSequential(gtsam.Ordering(keys), gtsam.EliminateQR).optimize()
+    ref = read_delta(delta, keys)
+    out = causal_step([t.blocks(X) for t in terms], N + 1, X.shape[1])
+    if mech.independent_rows.size < mech.m:
+        # redundant constraints: their rows make the steps over-determined (of full rank),
+        # which only gtsam's least squares solves
+        assert out is None
+        return
+    assert out is not None
+    step, predicted = out
+    scale = np.where(np.isfinite(pb.step_scale), pb.step_scale, 1.0)
+    # both solve the same nonsingular system: they agree to its conditioning times rounding
+    assert np.max(np.abs(step - ref) / scale) <= 1e-8 * max(1.0, np.max(np.abs(ref) / scale))
+    err = float(lin.error(delta))
+    assert abs(predicted - err) <= 1e-6 * max(err, 0.5 * float(np.sum(
+        np.concatenate([e.ravel() for _, _, e in (t.blocks(X) for t in terms)]) ** 2))) + 1e-30
+
+
+def test_causal_step_declines_other_shapes():
+    """Over-determined steps or factors across non-consecutive steps: None (gtsam decides)."""
+    from mbfg.solvers.batch import causal_step
+    dim = 2
+    rng = np.random.default_rng(0)
+    unary = (np.arange(3)[:, None], [rng.normal(size=(3, 3, dim))], rng.normal(size=(3, 3)))
+    assert causal_step([unary], 3, dim) is None  # 3 rows on a 2-dim step
+    skip = (np.array([[0, 2]]), [rng.normal(size=(1, 2, dim))] * 2, rng.normal(size=(1, 2)))
+    prior = (np.array([[0]]), [rng.normal(size=(1, 2, dim))], rng.normal(size=(1, 2)))
+    assert causal_step([prior, skip], 3, dim) is None
+    # a square causal chain is solved exactly
+    link = (np.array([[0, 1], [1, 2]]),
+            [rng.normal(size=(2, 2, dim)), rng.normal(size=(2, 2, dim))], rng.normal(size=(2, 2)))
+    x, predicted = causal_step([prior, link], 3, dim)
+    A = np.zeros((6, 6))
+    b = np.zeros(6)
+    A[0:2, 0:2], b[0:2] = prior[1][0][0], prior[2][0]
+    for t, (r0, r1) in enumerate(link[0]):
+        A[2 + 2 * t:4 + 2 * t, 2 * r0:2 * r0 + 2] = link[1][0][t]
+        A[2 + 2 * t:4 + 2 * t, 2 * r1:2 * r1 + 2] = link[1][1][t]
+        b[2 + 2 * t:4 + 2 * t] = link[2][t]
+    np.testing.assert_allclose(x.ravel(), np.linalg.solve(A, -b), rtol=1e-10, atol=1e-12)
+    assert predicted <= 1e-20
