@@ -167,6 +167,13 @@ class HeldPredecessor(BatchTerm):
         return HeldPredecessor(self.links, self.x_prev, T if self.T is None else self.T @ T)
 
 
+def _linear_error(lin) -> float:
+    """The error 0.5 |e|^2 of a linearization of :meth:`FixedLagSmoother._linearize`."""
+    if isinstance(lin, tuple):
+        return 0.5 * float(lin[1] @ lin[1])
+    return sum(0.5 * float(np.sum(e * e)) for _, _, e in lin)
+
+
 def prediction_matrix(problem: ObservedProblem | ForwardProblem) -> np.ndarray:
     """Constant (dim, dim) matrix P with ``x_{k+1} ~= P x_k``: q + dt v + dt^2/2 a, v + dt a,
     a, packed by ``problem.pack`` (so z, zd, zdd are the predicted q, v, a at the independent
@@ -559,12 +566,41 @@ class FixedLagSmoother:
         terms = self.prior + self.problem.window_terms(
             steps, np.array(self.links) if self.links else None, incoming=self._incoming)
         W, lin = self._gauss_newton(W, terms, steps)
+        starts = getattr(self.problem, "alternative_starts", None)
+        if starts is not None and self.first == 0:
+            W, lin = self._best_start(W, lin, starts(W), terms, steps)
         self._lin = lin
         self._lin_first = self.first
         self._solved_through = int(steps[-1])
         self._silent = None
         self.W = W
         self.steps_done += 1
+
+    def _best_start(self, W, lin, starts, terms, steps):
+        """The solution of least error among W (solved from the prediction) and the solves
+        from the problem's other ``starts`` (a window that still holds step 0: its initial
+        prior may leave the first solves a local minimum).  Only the kept solve counts in
+        ``unconverged``."""
+        best, best_lin, best_err = W, lin, _linear_error(lin[1])
+        base = self.unconverged
+        kept_unconverged = 0
+        for W0 in starts:
+            before = self.unconverged
+            try:
+                W1, lin1 = self._gauss_newton(W0, terms, steps)
+            except ConvergenceError:
+                continue
+            err = _linear_error(lin1[1])
+            if err < best_err:
+                best, best_lin, best_err = W1, lin1, err
+                kept_unconverged = self.unconverged - before
+        if best is not W:
+            self.unconverged = base + kept_unconverged
+            keys = self.layout.keys(range(best.shape[0]))
+            self._linearize(best, terms, keys)  # the kept solve's linearization
+        else:
+            self.unconverged = base
+        return best, best_lin
 
     def _solve_newest(self):
         """Gauss-Newton on the newest step alone, the step before it held at its estimate
