@@ -579,9 +579,12 @@ class FixedLagSmoother:
     def _best_start(self, W, lin, starts, terms, steps):
         """The solution of least error among W (solved from the prediction) and the solves
         from the problem's other ``starts`` (a window that still holds step 0: its initial
-        prior may leave the first solves a local minimum).  Only the kept solve counts in
-        ``unconverged``."""
+        prior may leave the first solves a local minimum).  Another start is kept only if its
+        error is lower by more than the solves' own tolerance (``absolute_tolerance``, or
+        ``relative_tolerance`` of the error): starts that reach the same minimum then never
+        swap on rounding.  Only the kept solve counts in ``unconverged``."""
         best, best_lin, best_err = W, lin, _linear_error(lin[1])
+        margin = max(self.absolute_tolerance, self.relative_tolerance * best_err)
         base = self.unconverged
         kept_unconverged = 0
         for W0 in starts:
@@ -591,7 +594,7 @@ class FixedLagSmoother:
             except ConvergenceError:
                 continue
             err = _linear_error(lin1[1])
-            if err < best_err:
+            if err < best_err - margin:
                 best, best_lin, best_err = W1, lin1, err
                 kept_unconverged = self.unconverged - before
         if best is not W:
