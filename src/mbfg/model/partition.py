@@ -50,7 +50,7 @@ def coordinate_quality(
         return np.array([_sparse_quality(mech, x, indices, scale)
                          for x in flat]).reshape(q.shape[:-1])
     N = _null_basis(mech, q.reshape(-1, mech.n), scale)[:, list(indices), :]
-    return np.linalg.svd(N, compute_uv=False)[:, -1].reshape(q.shape[:-1])
+    return _smallest_singular(N).reshape(q.shape[:-1])
 
 
 def _sparse_quality(mech, q, indices, scale, rtol=1e-6, max_iterations=200) -> float:
@@ -94,27 +94,128 @@ def _sparse_quality(mech, q, indices, scale, rtol=1e-6, max_iterations=200) -> f
     return float(1.0 / np.sqrt(1.0 + sigma2))
 
 
+PIVOT_TIE_RTOL = 1e-6
+"""Relative gap below which two candidate pivots of the batched pivoted QR
+(:func:`best_coordinate_sets`) count as tied.  Such states are re-decided by LAPACK's pivoted
+QR (``scipy.linalg.qr``), so the choice is LAPACK's exactly: its column-norm downdating is
+accurate to about sqrt(machine epsilon) relative, far inside this gap."""
+
+
+def _smallest_singular(rows: np.ndarray) -> np.ndarray:
+    """Smallest singular values (K,) of blocks rows (K, a, b); for 1 x 1 blocks the absolute
+    value, which is what LAPACK's SVD returns for them."""
+    if rows.shape[-2:] == (1, 1):
+        return np.abs(rows[:, 0, 0])
+    return np.linalg.svd(rows, compute_uv=False)[:, -1]
+
+
+def _pivoted_rows(N: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of null-space bases N (K, n, d) chosen by QR with column pivoting of N^T, batched.
+
+    Step i picks the row with the largest norm of its part orthogonal to the rows picked
+    before (Businger & Golub's rule, as LAPACK's xGEQP3), by Gram-Schmidt with one
+    reorthogonalization.
+
+    Returns
+    -------
+    pivots : (K, d) int
+        The picked rows in the order picked.
+    tied : (K,) bool
+        Whether some step had a runner-up within ``PIVOT_TIE_RTOL`` of the largest norm
+        (where rounding, or LAPACK's tie-breaking, could pick the other row).
+    """
+    K, n, d = N.shape
+    R = N.copy()
+    pivots = np.empty((K, d), int)
+    tied = np.zeros(K, bool)
+    free = np.ones((K, n), bool)
+    states = np.arange(K)
+    for i in range(d):
+        norms = np.where(free, np.linalg.norm(R, axis=-1), -1.0)  # (K, n)
+        p = np.argmax(norms, axis=-1)
+        top = norms[states, p]
+        norms[states, p] = -1.0
+        tied |= np.max(norms, axis=-1) >= (1.0 - PIVOT_TIE_RTOL) * top
+        pivots[:, i] = p
+        free[states, p] = False
+        with np.errstate(invalid="ignore", divide="ignore"):
+            u = R[states, p] / top[:, None]  # (K, d)
+        for _ in range(2):
+            R -= (R @ u[:, :, None]) * u[:, None, :]
+    return pivots, tied
+
+
+def _best_of_bases(N: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Best independent coordinates of null-space bases N (K, n, d): (K, d) sorted indices
+    and (K,) their quality (see :func:`best_coordinate_sets`)."""
+    K, n, d = N.shape
+    if d == 0:
+        return np.empty((K, 0), int), np.ones(K)
+    pivots, tied = _pivoted_rows(N)
+    for k in np.flatnonzero(tied):  # near ties: LAPACK decides, as for a single state
+        pivots[k] = scipy.linalg.qr(N[k].T, pivoting=True, mode="r")[1][:d]
+    best = np.sort(pivots, axis=-1)
+    rows = np.take_along_axis(N, best[:, :, None], axis=1)  # (K, d, d)
+    return best, _smallest_singular(rows)
+
+
+def _best_sparse(mech, q, scale) -> tuple[tuple[int, ...], float]:
+    """The best set and its quality at one state q (n,) of a large mechanism: the dependent
+    coordinates are the pivots of Phi_q diag(scale) (Wehage & Haug's choice by pivoting the
+    constraint Jacobian), without an n x n null-space basis; quality by sparse LU."""
+    Jall = C.constraint_jacobian(mech, q[None])[0]
+    J = C.take_rows(Jall, C.independent_rows(mech, q[None], Jall[None]).reshape(-1), 1)
+    piv = scipy.linalg.qr(J * scale, pivoting=True, mode="r")[1]
+    best = tuple(sorted(int(i) for i in piv[J.shape[0]:]))
+    return best, float(_sparse_quality(mech, q, best, scale)) if best else 1.0
+
+
+def best_coordinate_sets(
+    mech: Mechanism, q: ArrayLike, scale: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The best-conditioned independent coordinates at each state of q (..., n).
+
+    Dense (``mech.n < SPARSE_QUALITY_MIN_COORDINATES``): one batched null-space basis per
+    state and a batched QR with column pivoting of its transpose; states with a near tie
+    between pivots are decided by LAPACK (:data:`PIVOT_TIE_RTOL`), so every set is the one
+    ``scipy.linalg.qr(N.T, pivoting=True)`` picks.  Large mechanisms: state by state by
+    :func:`_best_sparse` (pivoting Phi_q, quality by sparse LU; no n x n basis).
+
+    Parameters
+    ----------
+    mech : Mechanism
+    q : array_like, shape (..., n)
+        States.
+    scale : ndarray, shape (n,), optional
+        Coordinate scales (default 1).
+
+    Returns
+    -------
+    indices : ndarray of int, shape (..., d)
+        The chosen coordinates of each state, ascending.
+    quality : ndarray, shape (...)
+        Their quality (:func:`coordinate_quality`) in [0, 1].
+    """
+    q = np.asarray(q, float)
+    scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
+    flat = q.reshape(-1, mech.n)
+    if mech.n >= SPARSE_QUALITY_MIN_COORDINATES:
+        found = [_best_sparse(mech, x, scale) for x in flat]
+        d = len(found[0][0]) if found else mech.dof
+        best = np.array([s for s, _ in found], int).reshape(len(found), d)
+        quality = np.array([v for _, v in found], float)
+    else:
+        best, quality = _best_of_bases(_null_basis(mech, flat, scale))
+    return best.reshape(q.shape[:-1] + best.shape[-1:]), quality.reshape(q.shape[:-1])
+
+
 def best_coordinates(
     mech: Mechanism, q: ArrayLike, scale: np.ndarray | None = None
 ) -> tuple[tuple[int, ...], float]:
-    """The best-conditioned independent coordinates at one state q (n,) and their quality."""
-    scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
-    if mech.n >= SPARSE_QUALITY_MIN_COORDINATES:
-        # the dependent coordinates are the pivots of Phi_q diag(scale) (Wehage & Haug's
-        # choice by pivoting the constraint Jacobian), without an n x n null-space basis
-        q = np.asarray(q, float)
-        Jall = C.constraint_jacobian(mech, q[None])[0]
-        J = C.take_rows(Jall, C.independent_rows(mech, q[None], Jall[None]).reshape(-1), 1)
-        piv = scipy.linalg.qr(J * scale, pivoting=True, mode="r")[1]
-        best = tuple(sorted(int(i) for i in piv[J.shape[0]:]))
-        return best, float(_sparse_quality(mech, q, best, scale)) if best else 1.0
-    N = _null_basis(mech, np.asarray(q, float)[None], scale)[0]
-    d = N.shape[1]
-    if d == 0:
-        return (), 1.0
-    piv = scipy.linalg.qr(N.T, pivoting=True, mode="r")[1]
-    best = tuple(sorted(int(i) for i in piv[:d]))
-    return best, float(np.linalg.svd(N[list(best)], compute_uv=False)[-1])
+    """The best-conditioned independent coordinates at one state q (n,) and their quality
+    (:func:`best_coordinate_sets` of one state)."""
+    best, quality = best_coordinate_sets(mech, np.asarray(q, float)[None], scale)
+    return tuple(int(i) for i in best[0]), float(quality[0])
 
 
 def partition_along(
@@ -129,25 +230,71 @@ def partition_along(
 
     Walks forward keeping the current set while its quality stays at least ``keep`` times the
     best set's (hysteresis, so the choice does not flicker) and switching to the best set
-    otherwise.  ``start``: the set to begin with (default: the best at q[0])."""
+    otherwise.  ``start``: the set to begin with (default: the best at q[0]).
+
+    Only states where the current set's quality is below ``keep`` can switch (the best
+    quality is at most 1).  Dense mechanisms evaluate the null-space bases of all states
+    once, and the best sets of all such states of the current set in one batch; large
+    mechanisms (:data:`SPARSE_QUALITY_MIN_COORDINATES`) evaluate them state by state as the
+    walk reaches them."""
     q = np.asarray(q, float)
     scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
-    cur = tuple(start) if start is not None else best_coordinates(mech, q[0], scale)[0]
-    out = np.empty((q.shape[0], len(cur)), int)
-    quality = coordinate_quality(mech, q, cur, scale)
-    k = 0
-    while k < q.shape[0]:
-        if quality[k] < keep:  # (quality >= keep is at least keep times the best, <= 1)
-            best, qbest = best_coordinates(mech, q[k], scale)
-            if quality[k] < keep * qbest and best != cur:
-                cur = best
-                quality[k:] = coordinate_quality(mech, q[k:], cur, scale)
-        # every state up to the next one where the current set degrades keeps it
-        bad = np.flatnonzero(quality[k + 1:] < keep)
-        stop = q.shape[0] if bad.size == 0 else k + 1 + int(bad[0])
-        out[k:stop] = cur
-        k = stop if stop > k + 1 else k + 1
+    T = q.shape[0]
+    if mech.n >= SPARSE_QUALITY_MIN_COORDINATES:
+        chunk = 1  # best sets are costly: only at the states the walk reaches
+
+        def quality_from(s, k):  # quality (T - k,) of the set s at the states k..T-1
+            return coordinate_quality(mech, q[k:], s, scale)
+
+        def best_at(states):  # best sets (K, d) and their qualities (K,) at states (K,)
+            return best_coordinate_sets(mech, q[states], scale)
+
+        cur = None if start is not None else best_coordinates(mech, q[0], scale)[0]
+    else:
+        chunk = max(T, 1)  # every flagged state of the current set in one batch
+        N = _null_basis(mech, q, scale)  # (T, n, d)
+
+        def quality_from(s, k):
+            return _smallest_singular(N[k:, list(s), :])
+
+        def best_at(states):
+            return _best_of_bases(N[states])
+
+        cur = None if start is not None else tuple(int(i) for i in best_at([0])[0][0])
+    cur = tuple(int(i) for i in start) if start is not None else cur
+    out = np.empty((T, len(cur)), int)
+    out[:] = cur
+    if T == 0 or not cur:
+        return out
+    best = np.empty((T, len(cur)), int)  # the best set and its quality at the states known
+    qbest = np.empty(T)
+    known = np.zeros(T, bool)
+    quality = quality_from(cur, 0)
+    k = 0  # the states before k are decided
+    while k < T:
+        # only states where the current set's quality is below keep can switch (qbest <= 1)
+        flagged = k + np.flatnonzero(quality[k:] < keep)
+        switch = None
+        for pos in range(0, flagged.size, chunk):
+            states = flagged[pos:pos + chunk]
+            need = states[~known[states]]
+            if need.size:
+                best[need], qbest[need] = best_at(need)
+                known[need] = True
+            hit = (quality[states] < keep * qbest[states]) & np.any(best[states] != cur, axis=1)
+            if hit.any():
+                switch = int(states[np.argmax(hit)])
+                break
+        if switch is None:
+            out[k:] = cur
+            break
+        out[k:switch] = cur
+        cur = tuple(int(i) for i in best[switch])
+        out[switch] = cur
+        quality[switch:] = quality_from(cur, switch)
+        k = switch + 1
     return out
 
 
-__all__ = ["coordinate_quality", "best_coordinates", "partition_along"]
+__all__ = ["coordinate_quality", "best_coordinate_sets", "best_coordinates",
+           "partition_along"]
