@@ -565,7 +565,11 @@ class FixedLagSmoother:
         steps = np.arange(self.first, self.first + L)
         terms = self.prior + self.problem.window_terms(
             steps, np.array(self.links) if self.links else None, incoming=self._incoming)
+        W0, failed = W, self.unconverged
         W, lin = self._gauss_newton(W, terms, steps)
+        if self.informative is not None and L > self.window and self.unconverged > failed:
+            self._give_up_gap(W0)
+            return
         starts = getattr(self.problem, "alternative_starts", None)
         if starts is not None and self.first == 0:
             W, lin = self._best_start(W, lin, starts(W), terms, steps)
@@ -575,6 +579,25 @@ class FixedLagSmoother:
         self._silent = None
         self.W = W
         self.steps_done += 1
+
+    def _give_up_gap(self, W0):
+        """The re-solve of a window extended over a gap did not converge (the readings after
+        the gap left a problem too far from its prediction): the gap's steps leave the window
+        at their estimates before the re-solve (the prediction through the gap, as a window
+        of fixed length would have kept them), and the remaining ``window`` steps are solved
+        as usual.  The failed re-solve is not counted in ``unconverged``."""
+        self.unconverged -= 1
+        m = W0.shape[0] - self.window
+        self._marginalize(W0, m)
+        gone = [(self.first + i, W0[i].copy()) for i in range(m)]
+        self.left = self.left + gone
+        self.history.extend(gone)
+        if self.links:
+            self._incoming = self.links[m - 1]
+        self.links = self.links[m:]
+        self.first += m
+        self.W = W0[m:]
+        self._solve()
 
     def _best_start(self, W, lin, starts, terms, steps):
         """The solution of least error among W (solved from the prediction) and the solves
