@@ -495,6 +495,33 @@ class FixedLagSmoother:
                 hi = mid - 1
         return lo
 
+    def run(self, steps: int, progress: Callable | ProgressBar | None = None) -> np.ndarray:
+        """Advance ``steps`` times from the initialized state; returns (steps + 1, dim): each
+        step's estimate when it left the window, then the final window.
+
+        A step that fails raises its error with ``partial`` set to the rows computed so far
+        (every step before the failing one)."""
+        X = np.empty((self.first + self.W.shape[0] + steps, self.dim))
+        for k, x in self.history:
+            X[k] = x
+        every = max(1, steps // 100)
+        for i in range(steps):
+            try:
+                out = self.advance()
+            except MbfgError as exc:
+                last = self.first + self.W.shape[0]
+                if self.history and self.history[-1][0] == self.first - 1:
+                    X[self.first - 1] = self.history[-1][1]  # left the window in this advance
+                X[self.first:last] = self.W
+                exc.partial = X[:last].copy()
+                raise
+            if out is not None:
+                X[out[0]] = out[1]
+            if progress is not None and ((i + 1) % every == 0 or i + 1 == steps):
+                progress(i + 1, steps)
+        X[self.first:self.first + self.W.shape[0]] = self.W
+        return X
+
     # ----------------------------------------------------------------- internals
     def _marginalize(self, W, m: int = 1):
         """Eliminate rows 0 .. m-1 (linearized at the last solve's final linearization point)
