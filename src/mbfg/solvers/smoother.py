@@ -449,19 +449,10 @@ class FixedLagSmoother:
         if link is not None:
             self.links.append(link[0])
         W = np.vstack([W, pred])
-        out = None
         self.left = []
         m = self._rows_leaving(W.shape[0])
-        if m:
-            self._marginalize(W, m)
-            self.left = [(self.first + i, W[i].copy()) for i in range(m)]
-            self.history.extend(self.left)
-            out = self.left[-1]
-            W = W[m:]
-            if self.links:
-                self._incoming = self.links[m - 1]
-            self.links = self.links[m:]
-            self.first += m
+        W = self._drop_oldest(W, m) if m else W
+        out = self.left[-1] if self.left else None
         self.W = W
         if self.informative is not None and W.shape[0] > self.window \
                 and self._informative_count(W.shape[0] - self.window, W.shape[0]) \
@@ -621,17 +612,21 @@ class FixedLagSmoother:
         of fixed length would have kept them), and the remaining ``window`` steps are solved
         as usual.  The failed re-solve is not counted in ``unconverged``."""
         self.unconverged -= 1
-        m = W0.shape[0] - self.window
-        self._marginalize(W0, m)
-        gone = [(self.first + i, W0[i].copy()) for i in range(m)]
+        self.W = self._drop_oldest(W0, W0.shape[0] - self.window)
+        self._solve()
+
+    def _drop_oldest(self, W, m):
+        """Marginalize the oldest m rows of W into the prior, record them as left
+        (``left``, ``history``) and return the rows that stay."""
+        self._marginalize(W, m)
+        gone = [(self.first + i, W[i].copy()) for i in range(m)]
         self.left = self.left + gone
         self.history.extend(gone)
         if self.links:
             self._incoming = self.links[m - 1]
         self.links = self.links[m:]
         self.first += m
-        self.W = W0[m:]
-        self._solve()
+        return W[m:]
 
     def _best_start(self, W, lin, starts, terms, steps):
         """The solution of least error among W (solved from the prediction) and the solves
@@ -650,22 +645,18 @@ class FixedLagSmoother:
         margin = max(self.absolute_tolerance, self.relative_tolerance * best_err)
         base = self.unconverged
         kept_unconverged = 0
-        budget = self.max_iterations
-        if met:  # an early window solved from the other starts as a precaution: cheaply
-            self.max_iterations = min(budget, RESTARTED_ITERATIONS)
-        try:
-            for W0 in starts():
-                before = self.unconverged
-                try:
-                    W1, lin1 = self._gauss_newton(W0, terms, steps)
-                except ConvergenceError:
-                    continue
-                err = _linear_error(lin1[1])
-                if err < best_err - margin:
-                    best, best_lin, best_err = W1, lin1, err
-                    kept_unconverged = self.unconverged - before
-        finally:
-            self.max_iterations = budget
+        # an early window solved from the other starts as a precaution: cheaply
+        limit = min(self.max_iterations, RESTARTED_ITERATIONS) if met else self.max_iterations
+        for W0 in starts():
+            before = self.unconverged
+            try:
+                W1, lin1 = self._gauss_newton(W0, terms, steps, limit)
+            except ConvergenceError:
+                continue
+            err = _linear_error(lin1[1])
+            if err < best_err - margin:
+                best, best_lin, best_err = W1, lin1, err
+                kept_unconverged = self.unconverged - before
         self.unconverged = base + kept_unconverged
         if best is not W:
             keys = self.layout.keys(range(best.shape[0]))
@@ -688,9 +679,11 @@ class FixedLagSmoother:
         self._silent = (links, own)
         self.steps_done += 1
 
-    def _gauss_newton(self, W, terms, steps):
-        """The Gauss-Newton loop of :meth:`_solve` on the rows W of ``steps`` with ``terms``;
-        returns the solution and its linearization (W, blocks)."""
+    def _gauss_newton(self, W, terms, steps, max_iterations=None):
+        """The Gauss-Newton loop of :meth:`_solve` on the rows W of ``steps`` with ``terms``
+        (at most ``max_iterations`` linear solves, default the smoother's, the damped
+        fallback included); returns the solution and its linearization (W, blocks)."""
+        limit = self.max_iterations if max_iterations is None else int(max_iterations)
         L = W.shape[0]
         keys = self.layout.keys(range(L))
         it = 0
@@ -708,10 +701,10 @@ class FixedLagSmoother:
                     f"finite at its initial estimate (a non-finite input or a diverged "
                     f"previous step)", residual=err, iterations=0)
             if not err <= prev_err * (1.0 + 1e-9):  # the last step raised the error
-                W, err, it, lin = self._fallback(W_prev, terms, keys, steps, it)
+                W, err, it, lin = self._fallback(W_prev, terms, keys, steps, it, limit)
                 converged = True
                 break
-            if it >= self.max_iterations:
+            if it >= limit:
                 break
             D, predicted = self._newton_step(blocks, keys, terms, W, err)
             it += 1
@@ -721,7 +714,7 @@ class FixedLagSmoother:
                 converged = True  # W + D is the (free) last Gauss-Newton step
                 break
         if not converged and self.on_failure == "best":
-            W, err, it, lin = self._fallback(W, terms, keys, steps, it)
+            W, err, it, lin = self._fallback(W, terms, keys, steps, it, limit)
             converged = True
         self.iterations += it
         self.max_iterations_per_step = max(self.max_iterations_per_step, it)
@@ -756,13 +749,13 @@ class FixedLagSmoother:
         self._solve()
         self.steps_done -= 1
 
-    def _fallback(self, W_prev, terms, keys, steps, it):
+    def _fallback(self, W_prev, terms, keys, steps, it, limit):
         """Damped Gauss-Newton / LM (mbfg.solvers.batch.optimize) from the best point
-        (with ``on_failure="best"``: a full solve that keeps its best point if it does not
-        converge)."""
+        (with ``on_failure="best"``: a full solve of at most ``limit`` iterations that keeps
+        its best point if it does not converge)."""
         self.fallbacks += 1
         keep_best = self.on_failure == "best"
-        remaining = self.max_iterations if keep_best else max(1, self.max_iterations - it)
+        remaining = limit if keep_best else max(1, limit - it)
         try:
             W, st = optimize(terms, W_prev, keys, max_iterations=remaining,
                              relative_tolerance=self.relative_tolerance,
