@@ -85,29 +85,49 @@ class IntegratorLinks(BatchTerm):
             on = np.ones(T, bool) if energy_rows is None else np.asarray(energy_rows, bool)
             w[:, 2 * d] = on / self.energy[3]
         self.weights = w
-        # constant (unweighted) coefficients of the integrator rows on x_k and x_{k+1}; what
-        # depends on the state (alpha terms, energy row) is filled in by ``_linearization``
+        # constant (unweighted) coefficients of the integrator rows on x_k and x_{k+1}, as
+        # entry lists (t, row, column, value) per end, so that nothing of size T x rows x dim
+        # is formed unless dense blocks are asked for; what depends on the state (alpha
+        # terms, energy row) is filled in by ``_linearization`` and ``coo``
         pos, vel, acc = (layout.offset(name) + idx for name in slots)
         self._t, self._r = np.arange(T)[:, None], np.arange(d)[None, :]
-        t, r = self._t, self._r
-        B0 = np.zeros((T, rows, layout.dim))
-        B1 = np.zeros((T, rows, layout.dim))
-        B0[t, r, pos], B1[t, r, pos] = -1.0, 1.0
-        B0[t, d + r, vel], B1[t, d + r, vel] = -1.0, 1.0
+        t, r = np.broadcast_to(self._t, idx.shape), np.broadcast_to(self._r, idx.shape)
+        ends = ([], [])  # (t, row, column, value) pieces on x_k and on x_{k+1}
+        for end, sign in ((0, -1.0), (1, 1.0)):
+            ends[end].append((t, r, pos, sign))
+            ends[end].append((t, d + r, vel, sign))
         if scheme == "trapezoidal":
-            B0[t, r, vel] = B1[t, r, vel] = -0.5 * self.dt
-            B0[t, d + r, acc] = B1[t, d + r, acc] = -0.5 * self.dt
+            for end in (0, 1):
+                ends[end].append((t, r, vel, -0.5 * self.dt))
+                ends[end].append((t, d + r, acc, -0.5 * self.dt))
         else:
-            B0[t, r, vel], B0[t, d + r, acc] = -self.dt, -self.dt
-        self._B0, self._B1, self._vel, self._d = B0, B1, vel, d
+            ends[0].append((t, r, vel, -self.dt))
+            ends[0].append((t, d + r, acc, -self.dt))
+        self._const = [tuple(np.concatenate([np.broadcast_to(p[c], idx.shape).ravel()
+                                             for p in pieces]) for c in range(4))
+                       for pieces in ends]
+        self._vel, self._d, self._rows = vel, d, rows
+
+    def _constant_residual(self, X):
+        """The constant coefficients' part of the unweighted residual, (T, rows)."""
+        T = self.rows0.size
+        e = np.zeros(T * self._rows)
+        for shift, (t, i, j, v) in enumerate(self._const):
+            e += np.bincount(t * self._rows + i, weights=v * X[self.rows0[t] + shift, j],
+                             minlength=e.size)
+        return e.reshape(T, self._rows)
 
     def _linearization(self, X, jacobians=True):
-        """Unweighted residual (T, rows) and, if asked, Jacobian blocks on x_k and x_{k+1}."""
+        """Unweighted residual (T, rows) and, if asked, dense Jacobian blocks on x_k and
+        x_{k+1}, each (T, rows, dim)."""
         lay, d, t = self.layout, self._d, self._t
         x0, x1 = X[self.rows0], X[self.rows0 + 1]
-        e = np.einsum("trk,tk->tr", self._B0, x0) + np.einsum("trk,tk->tr", self._B1, x1)
-        A0 = self._B0.copy() if jacobians else None
-        A1 = self._B1.copy() if jacobians else None
+        e = self._constant_residual(X)
+        A0 = A1 = None
+        if jacobians:
+            A0, A1 = (np.zeros((self.rows0.size, self._rows, X.shape[1])) for _ in range(2))
+            for A, (tt, i, j, v) in zip((A0, A1), self._const):
+                A[tt, i, j] = v  # the entries of one end are distinct
         if self.scheme == "trapezoidal":
             alpha = x1[:, lay.offset("alpha")]
             vbar = 0.5 * (x0[t, self._vel] + x1[t, self._vel])
@@ -162,16 +182,12 @@ class IntegratorLinks(BatchTerm):
         the alpha terms and the energy row, without forming (rows x dim) blocks."""
         T, rows = self.weights.shape
         dim, lay, d = X.shape[1], self.layout, self._d
-        if getattr(self, "_const", None) is None:
-            self._const = [np.nonzero(B) + (B[np.nonzero(B)],) for B in (self._B0, self._B1)]
         ii, jj, vv = [], [], []
-        e = np.zeros(T * rows)
         for shift, (t, i, j, v) in enumerate(self._const):
             ii.append(t * rows + i)
             jj.append((self.rows0[t] + shift) * dim + j)
             vv.append(v)
-            e += np.bincount(ii[-1], weights=v * X[self.rows0[t] + shift, j], minlength=e.size)
-        e = e.reshape(T, rows)
+        e = self._constant_residual(X)
         x0, x1 = X[self.rows0], X[self.rows0 + 1]
         t = self._t
         if self.scheme == "trapezoidal":
