@@ -100,17 +100,25 @@ def test_state_projection_matches_batch(name):
 
 @pytest.mark.parametrize("name,coords", [("fourbar", "dependent"), ("slider-crank", "dependent"),
                                          ("fourbar-crank-angle", "independent"),
-                                         ("pick-and-place-robot", "dependent")])
+                                         ("pick-and-place-robot", "dependent"),
+                                         ("chain-20", "dependent")])
 def test_causal_step_equals_gtsam_qr(name, coords):
-    """The block forward substitution gives gtsam's QR step of the forward graph (the
-    explicit estimate's, where the update is largest) and its predicted error; it declines
-    the graphs of redundant constraints."""
+    """The block forward substitution, dense (causal_step) and with one sparse LU per step
+    (causal_solve, what step vectors of 128 components or more use), gives gtsam's QR step
+    of the forward graph (the explicit estimate's, where the update is largest) and its
+    predicted error; both decline the graphs of redundant constraints."""
     import gtsam
 
     from mbfg.drivers.forward_dynamics import explicit_guess, make_problem
     from mbfg.solvers.batch import causal_step, linearize, read_delta
+    from mbfg.solvers.sparse import assemble, causal_solve
 
-    mech = load(name)
+    if name.startswith("chain-"):  # 20 links: 141 components per step
+        from mbfg import mechanism_from_yaml
+        from mbfg.testing import pendulum_chain_yaml
+        mech = mechanism_from_yaml(pendulum_chain_yaml(int(name[6:])), source=name)
+    else:
+        mech = load(name)
     q0, v0 = K.release_state(mech, None, None)
     idx = (4,) if coords == "independent" else None
     pb = make_problem(mech, 1e-3, coords, "trapezoidal", idx, q0)
@@ -125,25 +133,29 @@ def test_causal_step_equals_gtsam_qr(name, coords):
     lin = linearize(terms, X, keys)
     delta = lin.eliminateSequential(gtsam.Ordering(keys), gtsam.EliminateQR).optimize()
     ref = read_delta(delta, keys)
-    out = causal_step([t.blocks(X) for t in terms], N + 1, X.shape[1])
+    outs = [causal_step([t.blocks(X) for t in terms], N + 1, X.shape[1]),
+            causal_solve(*assemble(terms, X), N + 1, X.shape[1])]
     if mech.independent_rows.size < mech.m:
         # redundant constraints: their rows make the steps over-determined (of full rank),
         # which only gtsam's least squares solves
-        assert out is None
+        assert outs == [None, None]
         return
-    assert out is not None
-    step, predicted = out
     scale = np.where(np.isfinite(pb.step_scale), pb.step_scale, 1.0)
-    # both solve the same nonsingular system: they agree to its conditioning times rounding
-    assert np.max(np.abs(step - ref) / scale) <= 1e-8 * max(1.0, np.max(np.abs(ref) / scale))
     err = float(lin.error(delta))
-    assert abs(predicted - err) <= 1e-6 * max(err, 0.5 * float(np.sum(
-        np.concatenate([e.ravel() for _, _, e in (t.blocks(X) for t in terms)]) ** 2))) + 1e-30
+    initial = 0.5 * float(np.sum(
+        np.concatenate([e.ravel() for _, _, e in (t.blocks(X) for t in terms)]) ** 2))
+    for out in outs:
+        assert out is not None
+        step, predicted = out
+        # both solve the same nonsingular system: they agree to its conditioning x rounding
+        assert np.max(np.abs(step - ref) / scale) <= 1e-8 * max(1.0, np.max(np.abs(ref) / scale))
+        assert abs(predicted - err) <= 1e-6 * max(err, initial) + 1e-30
 
 
 def test_causal_step_declines_other_shapes():
     """Over-determined steps or factors across non-consecutive steps: None (gtsam decides)."""
     from mbfg.solvers.batch import causal_step
+    from mbfg.solvers.sparse import causal_solve
     dim = 2
     rng = np.random.default_rng(0)
     unary = (np.arange(3)[:, None], [rng.normal(size=(3, 3, dim))], rng.normal(size=(3, 3)))
@@ -151,6 +163,8 @@ def test_causal_step_declines_other_shapes():
     skip = (np.array([[0, 2]]), [rng.normal(size=(1, 2, dim))] * 2, rng.normal(size=(1, 2)))
     prior = (np.array([[0]]), [rng.normal(size=(1, 2, dim))], rng.normal(size=(1, 2)))
     assert causal_step([prior, skip], 3, dim) is None
+    for blocks in ([unary], [prior, skip]):  # the sparse solver declines them alike
+        assert causal_solve(*_sparse(blocks, 3, dim), 3, dim) is None
     # a square causal chain is solved exactly
     link = (np.array([[0, 1], [1, 2]]),
             [rng.normal(size=(2, 2, dim)), rng.normal(size=(2, 2, dim))], rng.normal(size=(2, 2)))
@@ -164,3 +178,24 @@ def test_causal_step_declines_other_shapes():
         b[2 + 2 * t:4 + 2 * t] = link[2][t]
     np.testing.assert_allclose(x.ravel(), np.linalg.solve(A, -b), rtol=1e-10, atol=1e-12)
     assert predicted <= 1e-20
+    x, predicted = causal_solve(*_sparse([prior, link], 3, dim), 3, dim)
+    np.testing.assert_allclose(x.ravel(), np.linalg.solve(A, -b), rtol=1e-10, atol=1e-12)
+    assert predicted <= 1e-20
+
+
+def _sparse(blocks, n_steps, dim):
+    """(A, e) of dense blocks, stacked as :func:`mbfg.solvers.sparse.assemble` stacks terms."""
+    import scipy.sparse
+
+    from mbfg.graphs.batch_term import coo_of_blocks
+    ii, jj, vv, es, off = [], [], [], [], 0
+    for b in blocks:
+        i, j, v, e = coo_of_blocks(b, dim)
+        ii.append(i + off)
+        jj.append(j)
+        vv.append(v)
+        es.append(e.ravel())
+        off += e.size
+    A = scipy.sparse.csr_matrix((np.concatenate(vv), (np.concatenate(ii), np.concatenate(jj))),
+                                shape=(off, n_steps * dim))
+    return A, np.concatenate(es)

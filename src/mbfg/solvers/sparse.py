@@ -150,8 +150,7 @@ def causal_solve(A: scipy.sparse.spmatrix, e: np.ndarray, n_steps: int,
     per_step = np.bincount(last, minlength=n_steps)
     if per_step[0] < dim or np.any(per_step[1:] != dim):
         return None
-    order = np.argsort(last, kind="stable")
-    rows = live[order]
+    rows = live[np.argsort(last, kind="stable")]
     x = np.empty((n_steps, dim))
     r0 = rows[:per_step[0]]
     x0 = solve_sparse(A[r0][:, :dim].tocsc(), e[r0])
@@ -162,25 +161,34 @@ def causal_solve(A: scipy.sparse.spmatrix, e: np.ndarray, n_steps: int,
     B = A[rows[per_step[0]:]].tocoo()
     step = B.row // dim + 1
     own = B.col >= step * dim
-    Dall = scipy.sparse.csc_matrix((B.data[own], (B.row[own], B.col[own] - dim)),
-                                   shape=((n_steps - 1) * dim,) * 2)
     link = np.flatnonzero(~own)
     link_at = np.searchsorted(B.row[link], np.arange(n_steps) * dim)  # B is row-sorted
     lr, lc, lv = B.row[link] % dim, B.col[link] % dim, B.data[link]
     rhs = -e[rows[per_step[0]:]]
-    ptr, idx, val = Dall.indptr, Dall.indices, Dall.data
+    r_own, c_own, v_own = B.row[own], B.col[own] - dim, B.data[own]
     with np.errstate(all="ignore"):
-        for k in range(1, n_steps):
-            c0, c1 = (k - 1) * dim, k * dim
-            p0, p1 = ptr[c0], ptr[c1]
-            D = scipy.sparse.csc_matrix((val[p0:p1], idx[p0:p1] - c0, ptr[c0:c1 + 1] - p0),
-                                        shape=(dim, dim))
-            s = slice(link_at[k - 1], link_at[k])
-            b = rhs[c0:c1] - np.bincount(lr[s], lv[s] * x[k - 1, lc[s]], minlength=dim)
-            try:
-                x[k] = scipy.sparse.linalg.splu(D, diag_pivot_thresh=0.1).solve(b)
-            except RuntimeError:  # exactly singular
-                return None
+        try:
+            # the fill-reducing column order (COLAMD) of step 1 serves every step, whose
+            # blocks have its structure: the ordering is half of a step's factorization
+            first = c_own < dim
+            D1 = scipy.sparse.csc_matrix((v_own[first], (r_own[first], c_own[first])),
+                                         shape=(dim, dim))
+            position = scipy.sparse.linalg.splu(D1, diag_pivot_thresh=0.1).perm_c
+            c_own = c_own - c_own % dim + position[c_own % dim]
+            Dall = scipy.sparse.csc_matrix((v_own, (r_own, c_own)),
+                                           shape=((n_steps - 1) * dim,) * 2)
+            ptr, idx, val = Dall.indptr, Dall.indices, Dall.data
+            for k in range(1, n_steps):
+                c0, c1 = (k - 1) * dim, k * dim
+                p0, p1 = ptr[c0], ptr[c1]
+                D = scipy.sparse.csc_matrix((val[p0:p1], idx[p0:p1] - c0, ptr[c0:c1 + 1] - p0),
+                                            shape=(dim, dim))
+                s = slice(link_at[k - 1], link_at[k])
+                b = rhs[c0:c1] - np.bincount(lr[s], lv[s] * x[k - 1, lc[s]], minlength=dim)
+                lu = scipy.sparse.linalg.splu(D, permc_spec="NATURAL", diag_pivot_thresh=0.1)
+                x[k] = lu.solve(b)[position]
+        except RuntimeError:  # exactly singular
+            return None
     if not np.all(np.isfinite(x)):
         return None
     r = A @ x.ravel() + e
