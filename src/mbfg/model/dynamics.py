@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.model import constraints as C
+from mbfg.model.kkt import KKT_SPARSE_MIN, solve_kkt
 from mbfg.model.kinematics import selection_matrix, velocity_sensitivity, velocity_transform
 from mbfg.model.nonconservative import friction_force_jacobians, friction_forces
 
@@ -135,8 +136,11 @@ def forward_dynamics(
     q = np.asarray(q, float)
     qd = np.asarray(qd, float)
     rows, J, c = _rhs_c(mech, q, qd, baumgarte, Jall=J, Jdot=Jdot)
-    rhs = np.concatenate([_applied(mech, Q, q, qd), c], axis=-1)
-    sol = np.linalg.solve(_kkt(mech, J), rhs[..., None])[..., 0]
+    n, r = mech.n, J.shape[-2]
+    f = np.broadcast_to(_applied(mech, Q, q, qd), J.shape[:-2] + (n,))
+    sol = solve_kkt(mech.mass_matrix(), J.reshape(-1, r, n), f.reshape(-1, n),
+                    np.broadcast_to(c, J.shape[:-1]).reshape(-1, r)).reshape(J.shape[:-2]
+                                                                            + (n + r,))
     qdd = sol[..., :mech.n]
     if not return_multipliers:
         return qdd
@@ -152,14 +156,16 @@ class StateDynamics:
     array operations instead of the batch kernels' fixed overhead.  For explicit time
     stepping (one state per call); the same accelerations as :func:`forward_dynamics` to
     rounding (a test checks it).  Mechanisms with redundant constraints (whose independent
-    rows are chosen per state) use :func:`forward_dynamics` itself."""
+    rows are chosen per state), and those of ``KKT_SPARSE_MIN`` unknowns or more (whose KKT
+    system is solved sparse, :mod:`mbfg.model.kkt`), use :func:`forward_dynamics` itself."""
 
     def __init__(self, mech: Mechanism):
         from scipy.linalg.lapack import dgesv
         self.mech, self._gesv = mech, dgesv
         n, m = mech.n, mech.m
         self.constraints = C.StateConstraints(mech)
-        self.general = mech.independent_rows.size < m
+        # redundant rows (chosen per state), or large enough for the sparse KKT solve
+        self.general = mech.independent_rows.size < m or n + m >= KKT_SPARSE_MIN
         self.friction = bool(mech.friction_elements)
         self._K = np.zeros((n + m, n + m))
         self._K[:n, :n] = mech.mass_matrix()

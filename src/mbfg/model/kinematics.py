@@ -15,6 +15,7 @@ import scipy.linalg
 
 from mbfg.errors import ConvergenceError, SolverError
 from mbfg.model import constraints as C
+from mbfg.model.kkt import KKT_SPARSE_MIN, solve_kkt
 from mbfg.model.scales import constraint_scales, coordinate_scales
 
 if TYPE_CHECKING:
@@ -434,10 +435,15 @@ def solve_positions_batch(
 
 def _minimum_norm_step(J, rhs):
     """Minimum-norm solutions of J x = rhs for a batch (T, r, f), (T, r): a direct solve when
-    square, J^T (J J^T)^-1 rhs when wide; the pseudo-inverse where those are singular."""
+    square, J^T (J J^T)^-1 rhs when wide (for large systems the x of the sparse saddle point
+    [[I, J^T], [J, 0]] [x; mu] = [0; rhs], :func:`mbfg.model.kkt.solve_kkt`, the same x);
+    the pseudo-inverse where those are singular."""
     try:
         if J.shape[-2] == J.shape[-1]:
             return np.linalg.solve(J, rhs[..., None])[..., 0]
+        r, f = J.shape[-2:]
+        if r + f >= KKT_SPARSE_MIN:
+            return solve_kkt(np.eye(f), J, np.zeros(J.shape[:-2] + (f,)), rhs)[..., :f]
         Jt = np.swapaxes(J, -1, -2)
         return (Jt @ np.linalg.solve(J @ Jt, rhs[..., None]))[..., 0]
     except np.linalg.LinAlgError:
@@ -448,7 +454,11 @@ def project_velocities_batch(mech: Mechanism, q: ArrayLike, v: ArrayLike) -> np.
     """Vectorized minimum-norm projection of velocities (T, n) onto Phi_q v = 0."""
     Jall = C.constraint_jacobian(mech, q)
     J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1)
-    y = np.linalg.solve(J @ np.swapaxes(J, 1, 2), (J @ np.asarray(v, float)[..., None]))
+    v = np.asarray(v, float)
+    if sum(J.shape[-2:]) >= KKT_SPARSE_MIN:  # the minimum-norm correction, sparse
+        return v + solve_kkt(np.eye(mech.n), J, np.zeros_like(v),
+                             -(J @ v[..., None])[..., 0])[..., :mech.n]
+    y = np.linalg.solve(J @ np.swapaxes(J, 1, 2), (J @ v[..., None]))
     return v - (np.swapaxes(J, 1, 2) @ y)[..., 0]
 
 
@@ -459,12 +469,15 @@ class StateProjection:
     iterations, minimum-norm steps and unit-free convergence test, the same results to
     rounding, at a fraction of the batch functions' fixed cost per call (explicit time
     stepping projects one state every few steps).  Mechanisms with redundant constraints
-    (rows chosen per state) use the batch functions themselves."""
+    (rows chosen per state), and those large enough for the sparse saddle-point solve
+    (:mod:`mbfg.model.kkt`), use the batch functions themselves."""
 
     def __init__(self, mech: Mechanism):
         self.mech = mech
         self.constraints = C.StateConstraints(mech)
-        self.general = mech.independent_rows.size < mech.m
+        # redundant rows (chosen per state), or large enough for the sparse KKT solve
+        self.general = (mech.independent_rows.size < mech.m
+                        or mech.n + mech.m >= KKT_SPARSE_MIN)
         self._c = coordinate_scales(mech)
         from scipy.linalg.lapack import dgesv
         self._gesv = dgesv
