@@ -13,7 +13,10 @@ constraints.  Each N runs in its own Python process (so memory peaks are separat
   0 and of the first window, which still holds the initial priors and so is over-determined)
   [s] and the mean of the next steps [ms/step], while the run is predicted to take at
   most ``--smoother-budget`` seconds (the previous N's run scaled by the square of the size
-  ratio; larger chains are skipped).
+  ratio; larger chains are skipped);
+* batch forward dynamics (``simulate_batch``, dependent coordinates, dt = 1 ms, from the
+  horizontal rest state): the mean of a 0.1 s run after a 0.01 s warm-up [ms/step], with
+  the same budget rule (``--batch-budget``).
 
     python benchmarks/body_scaling.py [--max-n 400] [--sizes 10 50 100 200 400]
 """
@@ -34,6 +37,8 @@ SIZES = (10, 50, 100, 200, 400)
 REPEAT = 5
 """Repeats of each kernel timing; the table shows the fastest."""
 SMOOTHER_STEPS = 10
+BATCH_T = 0.1
+"""Length of the timed batch run [s] (100 steps of 1 ms)."""
 
 
 def peak_rss_mb() -> float:
@@ -51,7 +56,7 @@ def best_ms(run, repeat: int = REPEAT) -> float:
     return 1e3 * best
 
 
-def measure(links: int, smoother: bool) -> dict:
+def measure(links: int, smoother: bool, batch: bool = True) -> dict:
     """All measurements for one chain, in this process."""
     import numpy as np
 
@@ -91,14 +96,26 @@ def measure(links: int, smoother: bool) -> dict:
             out["smoother_s"] = time.perf_counter() - t0
         except Exception as exc:  # report, do not fail
             out["smoother_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
+    if batch:
+        try:
+            from mbfg.drivers.forward_dynamics import simulate_batch
+            simulate_batch(mech, 0.01)
+            t0 = time.perf_counter()
+            res = simulate_batch(mech, BATCH_T)
+            out["batch_s"] = time.perf_counter() - t0
+            out["batch_steps"] = res.q.shape[0] - 1
+        except Exception as exc:  # report, do not fail
+            out["batch_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
     out["peak_rss_mb"] = peak_rss_mb()
     return out
 
 
-def run_child(links: int, smoother: bool) -> dict:
+def run_child(links: int, smoother: bool, batch: bool = True) -> dict:
     cmd = [sys.executable, __file__, "--child", str(links)]
     if not smoother:
         cmd.append("--no-smoother")
+    if not batch:
+        cmd.append("--no-batch")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode < 0:
         return {"error": f"killed by signal {-proc.returncode} (out of memory?)"}
@@ -115,10 +132,13 @@ def main(argv=None):
     ap.add_argument("--smoother-budget", type=float, default=60.0,
                     help="skip the smoother for chains predicted to take longer than this [s]")
     ap.add_argument("--no-smoother", action="store_true", help="do not time the smoother")
+    ap.add_argument("--batch-budget", type=float, default=60.0,
+                    help="skip the batch run for chains predicted to take longer than this [s]")
+    ap.add_argument("--no-batch", action="store_true", help="do not time the batch solver")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(measure(args.child, not args.no_smoother)))
+        print(json.dumps(measure(args.child, not args.no_smoother, not args.no_batch)))
         return
 
     sizes = [s for s in args.sizes if args.max_n is None or s <= args.max_n]
@@ -126,13 +146,15 @@ def main(argv=None):
     print("N-link pendulum chains (n = 2N coordinates, m = N constraints), one process per N; "
           f"kernel times are the fastest of {REPEAT} (forward dynamics: of 2); smoother: "
           f"window 2, dt = 1 ms: set-up (problem, steps 0 and 1) and the mean of "
-          f"{SMOOTHER_STEPS} steps after it.\n")
+          f"{SMOOTHER_STEPS} steps after it; batch: {BATCH_T:g} s at 1 ms after a 0.01 s "
+          f"warm-up.\n")
     print("| N | n | m | load [s] | peak RSS after load [MB] | Φ [ms] | Φ_q [ms] | "
           "Σ λ_k Φ_qq,k [ms] | forward dynamics [ms] | smoother set-up [s] | smoother [ms/step] | "
-          "peak RSS [MB] |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    smoother = not args.no_smoother
+          "batch [ms/step] | peak RSS [MB] |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    smoother, batch = not args.no_smoother, not args.no_batch
     notes, base, last = [], None, None  # last: (links, seconds) of the latest smoother run
+    last_batch = None  # (links, seconds) of the latest batch run
     for links in sizes:
         predicted = 0.0 if last is None else last[1] * (links / last[0]) ** 2
         timed = smoother and predicted <= args.smoother_budget
@@ -140,9 +162,15 @@ def main(argv=None):
             notes.append(f"smoother skipped from N = {links} on (predicted {predicted:.0f} s > "
                          f"{args.smoother_budget:g} s)")
             smoother = False
-        r = run_child(links, timed)
+        predicted = 0.0 if last_batch is None else last_batch[1] * (links / last_batch[0]) ** 2
+        batch_timed = batch and predicted <= args.batch_budget
+        if batch and not batch_timed:
+            notes.append(f"batch skipped from N = {links} on (predicted {predicted:.0f} s > "
+                         f"{args.batch_budget:g} s)")
+            batch = False
+        r = run_child(links, timed, batch_timed)
         if "error" in r:
-            print(f"| {links} | {2 * links} | {links} | failed: {r['error']} | | | | | | | | |",
+            print(f"| {links} | {2 * links} | {links} | failed: {r['error']} | | | | | | | | | |",
                   flush=True)
             continue
         base = r["base_rss_mb"]
@@ -157,9 +185,18 @@ def main(argv=None):
             smoother = False
         else:
             sm = "skipped"
+        if "batch_s" in r:
+            bt = f"{1e3 * r['batch_s'] / r['batch_steps']:.2f}"
+            last_batch = (links, r["batch_s"])
+        elif "batch_error" in r:
+            bt = "failed (see note)"
+            notes.append(f"batch failed at N = {links}: {r['batch_error']}")
+            batch = False
+        else:
+            bt = "skipped"
         print(f"| {links} | {r['n']} | {r['m']} | {r['load_s']:.3f} | {r['load_rss_mb']:.0f} | "
               f"{r['phi_ms']:.3f} | {r['jac_ms']:.3f} | {r['hws_ms']:.3f} | {r['fd_ms']:.1f} | "
-              f"{setup} | {sm} | {r['peak_rss_mb']:.0f} |", flush=True)
+              f"{setup} | {sm} | {bt} | {r['peak_rss_mb']:.0f} |", flush=True)
     if base is not None:
         print(f"\nBaseline RSS of a process with mbfg imported: {base:.0f} MB.")
     for note in notes:
