@@ -76,3 +76,25 @@ def test_rescaling_units_rescales_the_motion(family, k, j):
         a, b = run(m0), run(m1)
         diff = np.max(np.abs(b.q[:, pts] / 10.0 ** k - a.q[:, pts]))
         assert diff <= 1e-9 * 0.3, f"{mode}: relative difference {diff / 0.3:.1e}"
+
+
+def test_a_chain_of_many_bodies_runs_at_the_trapezoidal_floor():
+    """A 24-link pendulum chain (169-component steps: the batch solver's sparse per-step LU,
+    :func:`mbfg.solvers.sparse.causal_solve`), 0.3 s in segments of 100 steps, against the
+    DOP853 reference and the implicit trapezoidal floor; a 300-step segment (too long for
+    its explicit estimate) is retried shorter and gives the same motion."""
+    from mbfg import mechanism_from_yaml
+    from mbfg.solvers.batch import CAUSAL_SPARSE_MIN_DIM
+    from mbfg.testing import pendulum_chain_yaml
+    mech = mechanism_from_yaml(pendulum_chain_yaml(24), source="chain-24")
+    assert 3 * mech.n + mech.m + 1 >= CAUSAL_SPARSE_MIN_DIM
+    ref = integrate_reference(mech, T_END, DT, rtol=1e-12, atol=1e-12).q
+    floor = _points_rmse(mech, integrate_trapezoidal(mech, T_END, DT).q, ref)
+    res = simulate_batch(mech, T_END, DT, segment=100)
+    assert res.stats.converged
+    err = _points_rmse(mech, res.q, ref)
+    assert err <= 2.0 * floor, f"{err / floor:.2f} x the floor"
+    rows = mechanism_scales(mech).constraints
+    assert np.max(np.abs(C.position_constraints(mech, res.q)) / rows) <= 1e-9
+    whole = simulate_batch(mech, T_END, DT, segment=300)
+    assert _points_rmse(mech, whole.q, ref) <= 2.0 * floor

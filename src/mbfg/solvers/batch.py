@@ -294,7 +294,11 @@ def optimize(
 
     ``step_scale`` (dim,) and ``step_tolerance``: also converged when an accepted undamped
     step passes :func:`step_converged` (the unit-free test for square problems, whose error
-    falls to rounding level), or when the error is below :func:`residual_floor`.  Returns ``(X, stats)``.  Undamped Gauss-Newton steps are tried first.  A step that raises
+    falls to rounding level), or when the error is below :func:`residual_floor`.  Such
+    square problems are not stopped by a small relative decrease, and an exact linear model
+    stops them only when it predicted most of the error gone: a model that cannot lower the
+    error of a square system is a stall (a diverged initial estimate), not an optimum.
+    Returns ``(X, stats)``.  Undamped Gauss-Newton steps are tried first.  A step that raises
     the error is still taken up to ``watchdog`` times in a row (tight constraint factors make
     the first step from a rough initial estimate overshoot, and the next one lands near the
     optimum); if that does not produce a new best error, the best point is restored and
@@ -302,6 +306,12 @@ def optimize(
 
     ``causal``: the graph is square and causal (see :func:`causal_step`), so undamped steps
     are solved by block forward substitution, and by gtsam's QR only where that declines.
+    Large causal graphs of more than one step after the initial one (step vectors of
+    ``CAUSAL_SPARSE_MIN_DIM`` components or more) get no damped steps: gtsam would eliminate
+    them densely (a 300-step segment of an 80-link chain spent 167 s in them before giving
+    up), and their callers (the batch forward dynamics) retry shorter segments from fresh
+    estimates instead, which is cheaper.  When the undamped steps stall they stop
+    unconverged.  A single step is still damped when it must be (its elimination is cheap).
     """
     t0 = time.perf_counter()
     X = np.array(X, float)
@@ -318,6 +328,11 @@ def optimize(
     best_X, best_err = X, err
     trial = 0  # consecutive undamped steps taken although they raised the error
     work: dict = {}  # causal_step's arrays, kept from one iteration to the next
+    undamped_only = causal and dim >= CAUSAL_SPARSE_MIN_DIM and len(keys) > 2
+    # square problems (step_tolerance given) can meet their rows: an error that the model or
+    # a step cannot lower is a stall (a diverged initial estimate, a singular system), not
+    # an optimum, so only the residual floor, the step test or an exact model stop them
+    square = step_tolerance is not None
     while not converged and stats.iterations < max_iterations:
         base, blocks = _linearization(terms, X, keys, causal)
         damping_scale = None  # of this linearization, when a damped step needs it
@@ -355,7 +370,8 @@ def optimize(
                     new_err = total_error(terms, Y)
                 except RuntimeError:  # indeterminant linear system: damp and retry
                     predicted = new_err = np.inf
-            if lam == 0.0 and trial == 0 and err - predicted <= relative_tolerance * err:
+            if (lam == 0.0 and trial == 0 and err - predicted <= relative_tolerance * err
+                    and not square):
                 converged = True  # the Gauss-Newton model promises no further decrease
                 break
             if np.isfinite(new_err) and new_err <= best_err:
@@ -365,11 +381,13 @@ def optimize(
                 stats.history.append(err)
                 # the Gauss-Newton model predicted the new error to within the tolerance: the
                 # problem is locally linear and the next step would gain about that mismatch
-                model_exact = lam == 0.0 and abs(new_err - predicted) <= model_tolerance * new_err
+                model_exact = (lam == 0.0 and abs(new_err - predicted) <= model_tolerance * new_err
+                               and (not square or predicted <= model_tolerance * decrease))
                 small_step = lam == 0.0 and step_converged(Y - prev_X, step_scale, step_tolerance)
                 lam = 0.0 if lam <= initial_lambda else lam / 10.0
                 trial = 0
-                converged = (err <= absolute_tolerance or decrease <= relative_tolerance * err
+                converged = (err <= absolute_tolerance
+                             or (decrease <= relative_tolerance * err and not square)
                              or model_exact or small_step)
                 accepted = True
                 break
@@ -377,6 +395,8 @@ def optimize(
                 X, err = Y, new_err  # watchdog step: take it, judge it by the next one
                 trial += 1
                 accepted = True
+                break
+            if undamped_only:  # no damped solve of large causal graphs: see the docstring
                 break
             if trial:  # the watchdog steps did not pay off: back to the best point, damped
                 X, err, trial = best_X, best_err, 0

@@ -185,8 +185,11 @@ def causal_solve(A: scipy.sparse.spmatrix, e: np.ndarray, n_steps: int,
                                             shape=(dim, dim))
                 s = slice(link_at[k - 1], link_at[k])
                 b = rhs[c0:c1] - np.bincount(lr[s], lv[s] * x[k - 1, lc[s]], minlength=dim)
-                lu = scipy.sparse.linalg.splu(D, permc_spec="NATURAL", diag_pivot_thresh=0.1)
-                x[k] = lu.solve(b)[position]
+                try:
+                    x[k] = scipy.sparse.linalg.splu(D, permc_spec="NATURAL",
+                                                    diag_pivot_thresh=0.1).solve(b)[position]
+                except RuntimeError:  # step 1's order meets a zero pivot here: its own order
+                    x[k] = scipy.sparse.linalg.splu(D, diag_pivot_thresh=1.0).solve(b)[position]
         except RuntimeError:  # exactly singular
             return None
     if not np.all(np.isfinite(x)):
