@@ -199,3 +199,38 @@ def _sparse(blocks, n_steps, dim):
     A = scipy.sparse.csr_matrix((np.concatenate(vv), (np.concatenate(ii), np.concatenate(jj))),
                                 shape=(off, n_steps * dim))
     return A, np.concatenate(es)
+
+
+@pytest.mark.parametrize("links,slots", [(0, "q"), (20, "qv")])
+def test_a_diverged_estimate_is_not_reported_converged(links, slots):
+    """A square forward graph started from an estimate far off the solution (the slots
+    ``slots`` 1e40 x their values, as an explicit estimate that diverged) stalls: optimize
+    says so (ConvergenceError with the residual), for the four-bar (dense forward
+    substitution) and a 20-link chain (sparse), instead of reading the linear model's lack
+    of decrease as an optimum (both were reported converged before, at errors of 1e159 and
+    1e160)."""
+    from mbfg.drivers.forward_dynamics import explicit_guess, make_problem
+    from mbfg.errors import ConvergenceError
+    from mbfg.solvers.batch import optimize
+
+    if links:
+        from mbfg import mechanism_from_yaml
+        from mbfg.testing import pendulum_chain_yaml
+        mech = mechanism_from_yaml(pendulum_chain_yaml(links), source=f"chain-{links}")
+    else:
+        mech = load("fourbar")
+    q0, v0 = K.release_state(mech, None, None)
+    pb = make_problem(mech, 1e-3, "dependent", "trapezoidal", None, q0)
+    N = 40
+    q, v, a = explicit_guess(mech, q0, v0, 1e-3, N)
+    q[1:] *= 1e40
+    if "v" in slots:
+        v[1:] *= 1e40
+    X = pb.pack(q, v, a)
+    plan = pb.link_plan(X[1:], None, start=X[:-1])
+    steps = np.arange(N + 1)
+    with np.errstate(all="ignore"), pytest.raises(ConvergenceError) as info:
+        optimize(pb.terms(steps, q0, v0, plan), X, pb.layout.keys(steps),
+                 step_scale=pb.step_scale, step_tolerance=pb.settings.step_tolerance,
+                 max_iterations=12, causal=True)
+    assert info.value.residual > 1.0
