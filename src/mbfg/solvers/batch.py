@@ -340,12 +340,20 @@ def optimize(
         while stats.iterations < max_iterations and lam <= 1e12:
             stats.iterations += 1
             step = None
-            if lam == 0.0 and blocks is not None:
+            stalled = False
+            if lam == 0.0 and undamped_only and isinstance(blocks, tuple):
+                # a large segment: its sparse solve or nothing (the dense blocks of every
+                # step would not fit; a singular step, e.g. at a diverged iterate, stalls it)
+                step = causal_solve(*blocks, *X.shape)
+                stalled = step is None
+            elif lam == 0.0 and blocks is not None:
                 step, blocks = _causal_step(blocks, terms, X, work)
                 if step is None:  # not of the causal shape here: gtsam's QR decides
                     base, blocks = graph_of(blocks, keys), None
             prev_X = X
-            if step is not None:
+            if stalled:
+                predicted = new_err = np.inf
+            elif step is not None:
                 predicted = step[1]
                 Y = X + step[0]
                 new_err = total_error(terms, Y)
