@@ -110,6 +110,19 @@ def measure(links: int, smoother: bool, batch: bool = True) -> dict:
     return out
 
 
+def within_budget(what: str, last: tuple | None, links: int, budget: float,
+                  notes: list) -> bool:
+    """Whether the ``what`` run of a ``links`` chain is predicted (the previous run ``last``
+    = (links, seconds), scaled by the square of the size ratio) to take at most ``budget``
+    seconds; if not, a note says from which N on it is skipped."""
+    predicted = 0.0 if last is None else last[1] * (links / last[0]) ** 2
+    if predicted <= budget:
+        return True
+    notes.append(f"{what} skipped from N = {links} on (predicted {predicted:.0f} s > "
+                 f"{budget:g} s)")
+    return False
+
+
 def run_child(links: int, smoother: bool, batch: bool = True) -> dict:
     cmd = [sys.executable, __file__, "--child", str(links)]
     if not smoother:
@@ -156,18 +169,11 @@ def main(argv=None):
     notes, base, last = [], None, None  # last: (links, seconds) of the latest smoother run
     last_batch = None  # (links, seconds) of the latest batch run
     for links in sizes:
-        predicted = 0.0 if last is None else last[1] * (links / last[0]) ** 2
-        timed = smoother and predicted <= args.smoother_budget
-        if smoother and not timed:
-            notes.append(f"smoother skipped from N = {links} on (predicted {predicted:.0f} s > "
-                         f"{args.smoother_budget:g} s)")
-            smoother = False
-        predicted = 0.0 if last_batch is None else last_batch[1] * (links / last_batch[0]) ** 2
-        batch_timed = batch and predicted <= args.batch_budget
-        if batch and not batch_timed:
-            notes.append(f"batch skipped from N = {links} on (predicted {predicted:.0f} s > "
-                         f"{args.batch_budget:g} s)")
-            batch = False
+        timed = smoother and within_budget("smoother", last, links, args.smoother_budget, notes)
+        smoother = timed
+        batch_timed = batch and within_budget("batch", last_batch, links, args.batch_budget,
+                                              notes)
+        batch = batch_timed
         r = run_child(links, timed, batch_timed)
         if "error" in r:
             print(f"| {links} | {2 * links} | {links} | failed: {r['error']} | | | | | | | | | |",
