@@ -98,3 +98,24 @@ def test_a_chain_of_many_bodies_runs_at_the_trapezoidal_floor():
     assert np.max(np.abs(C.position_constraints(mech, res.q)) / rows) <= 1e-9
     whole = simulate_batch(mech, T_END, DT, segment=300)
     assert _points_rmse(mech, whole.q, ref) <= 2.0 * floor
+
+
+def test_a_single_step_is_retried_from_the_state_it_leaves(monkeypatch):
+    """A one-step segment whose explicit estimate is unusable (here: not finite) is solved
+    again from the state it leaves, with the motion of the normal run (to the solver's step
+    tolerance); before, it ended the simulation."""
+    import mbfg.drivers.forward_dynamics as FD
+    from conftest import load
+    mech = load("fourbar")
+    ref = simulate_batch(mech, 0.05, DT, segment=1)
+    explicit = FD.explicit_guess
+
+    def unusable(*args, **kwargs):
+        q, v, a = explicit(*args, **kwargs)
+        return q * np.nan, v, a
+
+    monkeypatch.setattr(FD, "explicit_guess", unusable)
+    res = simulate_batch(mech, 0.05, DT, segment=1)
+    assert res.stats.extra["retries"] == 50
+    scale = mechanism_scales(mech).coordinates
+    assert np.max(np.abs(res.q - ref.q) / scale) <= 1e-8

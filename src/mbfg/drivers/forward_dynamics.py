@@ -73,7 +73,9 @@ def simulate_batch(
     far off for Gauss-Newton (the explicit estimate drifts from the implicit solution
     exponentially on fast or chaotic motion) is retried in a quarter of the length
     (``stats["retries"]``); the length grows back after each success, up to half the
-    shortest length that failed.  A segment gets ``SEGMENT_ITERATIONS`` Gauss-Newton
+    shortest length that failed.  A single step that fails from its explicit estimate is
+    retried once from the state it leaves (a chain's whipping tip can carry the explicit
+    step out of Newton's reach).  A segment gets ``SEGMENT_ITERATIONS`` Gauss-Newton
     iterations before it counts as failed.
 
     ``forces``: None, (n,) or callable t -> (n,), applied generalized forces besides gravity
@@ -102,12 +104,13 @@ def simulate_batch(
     X = np.empty((N + 1, problem.layout.dim))
     X[0] = problem.pack(q0, qd0, problem.initial_accelerations(q0, qd0))
     iterations, switches, links, retries = 0, [], None, 0
-    start, length, cap = 0, size, size
+    start, length, cap, hold = 0, size, size, False
     while start < N:
         stop = min(N, start + length)
         p = problem.layout.unpack(X[start])
         try:
-            seg, stop, Xs, seg_links, st = _solve_segment(problem, p, start, stop, dt, links)
+            seg, stop, Xs, seg_links, st = _solve_segment(problem, p, start, stop, dt, links,
+                                                          hold)
         except (MbfgError, np.linalg.LinAlgError) as exc:
             iterations += getattr(exc, "iterations", 0)
             if stop - start > 1:  # the explicit estimate was too far off: a shorter segment,
@@ -115,9 +118,13 @@ def simulate_batch(
                 cap = max(1, (stop - start) // 2)
                 length, retries = max(1, (stop - start) // 4), retries + 1
                 continue
+            if not hold:  # one step from its explicit estimate failed: once more from the
+                hold, retries = True, retries + 1  # state it starts at
+                continue
             if not isinstance(exc, MbfgError):
                 exc = ConvergenceError(f"batch forward dynamics at step {start}: {exc}")
             raise failure(mech, first, X[:start + 1], dt, exc) from None
+        hold = False
         if seg is not problem:
             problem = seg
             switches.append((start, problem.indices))
@@ -136,15 +143,23 @@ def simulate_batch(
     return trajectory_result(mech, first, X, dt, stats)
 
 
-def _solve_segment(problem, p, start, stop, dt, links):
+def _solve_segment(problem, p, start, stop, dt, links, hold=False):
     """One batch segment from the state ``p`` (slot dict) of step ``start`` to ``stop``:
     (problem, stop, step array, link plan, solver stats).  In independent coordinates the
     segment may end earlier and use other coordinates (the returned problem).  Raises
-    ConvergenceError when the explicit estimate is unusable or Gauss-Newton fails."""
+    ConvergenceError when the explicit estimate is unusable or Gauss-Newton fails.
+    ``hold``: one step started from the state it leaves (q + dt v, v, a) instead of the
+    explicit estimate (where a fast motion, e.g. a chain's whipping tip, makes the explicit
+    step land outside Newton's reach)."""
     mech = problem.mech
-    with np.errstate(all="ignore"):
-        q, v, a = explicit_guess(mech, p["q"], p["v"], dt, stop - start,
-                                 forces=problem.forces, t0=start * dt)
+    if hold:
+        q = np.stack([p["q"], p["q"] + dt * p["v"]])
+        v, a = np.stack([p["v"], p["v"]]), np.stack([p["a"], p["a"]])
+        stop = start + 1
+    else:
+        with np.errstate(all="ignore"):
+            q, v, a = explicit_guess(mech, p["q"], p["v"], dt, stop - start,
+                                     forces=problem.forces, t0=start * dt)
     if not (np.all(np.isfinite(q)) and np.all(np.isfinite(v)) and np.all(np.isfinite(a))):
         raise ConvergenceError(f"batch forward dynamics (steps {start}-{stop}): the explicit "
                                f"estimate diverged")
