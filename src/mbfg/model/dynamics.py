@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.model import constraints as C
-from mbfg.model.kkt import KKT_SPARSE_MIN, solve_kkt
+from mbfg.model.kkt import KKT_SPARSE_MIN, kkt_matrix, solve_kkt
 from mbfg.model.kinematics import selection_matrix, velocity_sensitivity, velocity_transform
 from mbfg.model.nonconservative import friction_force_jacobians, friction_forces
 
@@ -76,15 +76,6 @@ def _applied(mech, Q, q, qd, jacobians=False):
         out = out + friction_forces(mech, q, qd)
     out = np.broadcast_to(out, q.shape)
     return (out, d_q, d_qd) if jacobians else out
-
-
-def _kkt(mech, J):
-    n, mr = mech.n, J.shape[-2]
-    K = np.zeros(J.shape[:-2] + (n + mr, n + mr))
-    K[..., :n, :n] = mech.mass_matrix()
-    K[..., :n, n:] = np.swapaxes(J, -1, -2)
-    K[..., n:, :n] = J
-    return K
 
 
 def _rhs_c(mech, q, qd, baumgarte, rows=None, Jall=None, Jdot=None):
@@ -136,11 +127,7 @@ def forward_dynamics(
     q = np.asarray(q, float)
     qd = np.asarray(qd, float)
     rows, J, c = _rhs_c(mech, q, qd, baumgarte, Jall=J, Jdot=Jdot)
-    n, r = mech.n, J.shape[-2]
-    f = np.broadcast_to(_applied(mech, Q, q, qd), J.shape[:-2] + (n,))
-    sol = solve_kkt(mech.mass_matrix(), J.reshape(-1, r, n), f.reshape(-1, n),
-                    np.broadcast_to(c, J.shape[:-1]).reshape(-1, r)).reshape(J.shape[:-2]
-                                                                            + (n + r,))
+    sol = solve_kkt(mech.mass_matrix(), J, _applied(mech, Q, q, qd), c)
     qdd = sol[..., :mech.n]
     if not return_multipliers:
         return qdd
@@ -223,7 +210,7 @@ def forward_dynamics_jacobians(
     Jall, Jdot_all = J, Jdot
     rows, J, c = _rhs_c(mech, q, qd, baumgarte, Jall=Jall, Jdot=Jdot_all)
     mr = rows.shape[-1]
-    K = _kkt(mech, J)
+    K = kkt_matrix(mech.mass_matrix(), J)
     # Q_f(q, qdot) and its derivatives enter the right-hand side
     Qt, dQf_dq, dQf_dqd = _applied(mech, Q, q, qd, jacobians=True)
     rhs = np.concatenate([Qt, c], axis=-1)

@@ -15,7 +15,7 @@ import scipy.linalg
 
 from mbfg.errors import ConvergenceError, SolverError
 from mbfg.model import constraints as C
-from mbfg.model.kkt import KKT_SPARSE_MIN, solve_kkt
+from mbfg.model.kkt import KKT_SPARSE_MIN, minimum_norm
 from mbfg.model.scales import constraint_scales, coordinate_scales
 
 if TYPE_CHECKING:
@@ -435,15 +435,14 @@ def solve_positions_batch(
 
 def _minimum_norm_step(J, rhs):
     """Minimum-norm solutions of J x = rhs for a batch (T, r, f), (T, r): a direct solve when
-    square, J^T (J J^T)^-1 rhs when wide (for large systems the x of the sparse saddle point
-    [[I, J^T], [J, 0]] [x; mu] = [0; rhs], :func:`mbfg.model.kkt.solve_kkt`, the same x);
+    square, J^T (J J^T)^-1 rhs when wide (for large systems the same x by
+    :func:`mbfg.model.kkt.minimum_norm`, sparse);
     the pseudo-inverse where those are singular."""
     try:
         if J.shape[-2] == J.shape[-1]:
             return np.linalg.solve(J, rhs[..., None])[..., 0]
-        r, f = J.shape[-2:]
-        if r + f >= KKT_SPARSE_MIN:
-            return solve_kkt(np.eye(f), J, np.zeros(J.shape[:-2] + (f,)), rhs)[..., :f]
+        if sum(J.shape[-2:]) >= KKT_SPARSE_MIN:
+            return minimum_norm(J, rhs)
         Jt = np.swapaxes(J, -1, -2)
         return (Jt @ np.linalg.solve(J @ Jt, rhs[..., None]))[..., 0]
     except np.linalg.LinAlgError:
@@ -456,8 +455,7 @@ def project_velocities_batch(mech: Mechanism, q: ArrayLike, v: ArrayLike) -> np.
     J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1)
     v = np.asarray(v, float)
     if sum(J.shape[-2:]) >= KKT_SPARSE_MIN:  # the minimum-norm correction, sparse
-        return v + solve_kkt(np.eye(mech.n), J, np.zeros_like(v),
-                             -(J @ v[..., None])[..., 0])[..., :mech.n]
+        return v + minimum_norm(J, -(J @ v[..., None])[..., 0])
     y = np.linalg.solve(J @ np.swapaxes(J, 1, 2), (J @ v[..., None]))
     return v - (np.swapaxes(J, 1, 2) @ y)[..., 0]
 

@@ -22,34 +22,56 @@ smaller ones by LAPACK's batched dense LU, which is faster there (a performance 
 pendulum chains a state's accelerations take 0.07 ms dense and 0.2 ms sparse at 120
 unknowns, 0.6 and 0.3 ms at 240, 3.2 and 0.4 ms at 480)."""
 
-__all__ = ["solve_kkt", "KKT_SPARSE_MIN"]
+__all__ = ["kkt_matrix", "solve_kkt", "minimum_norm", "KKT_SPARSE_MIN"]
+
+
+def kkt_matrix(H: np.ndarray, J: np.ndarray) -> np.ndarray:
+    """The dense saddle-point matrices [[H, J^T], [J, 0]] (..., n + r, n + r) of Jacobians J
+    (..., r, n) with the constant block H (n, n)."""
+    n, r = H.shape[0], J.shape[-2]
+    K = np.zeros(J.shape[:-2] + (n + r, n + r))
+    K[..., :n, :n] = H
+    K[..., :n, n:] = np.swapaxes(J, -1, -2)
+    K[..., n:, :n] = J
+    return K
 
 
 def solve_kkt(H: np.ndarray, J: np.ndarray, f: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """[x; mu] (T, n + r) of the saddle-point systems above for T states.
+    """[x; mu] (..., n + r) of the saddle-point systems above for the states of J.
 
     Parameters
     ----------
     H : (n, n)
         The constant upper-left block (M [kg, kg m], or the identity).
-    J : (T, r, n)
+    J : (..., r, n)
         Constraint Jacobians of the states.
-    f : (T, n), g : (T, r)
-        Right-hand sides.
+    f : (..., n), g : (..., r)
+        Right-hand sides (broadcast to the states of J).
 
     Raises
     ------
     numpy.linalg.LinAlgError
         When a system is singular (as the dense ``numpy.linalg.solve`` does).
     """
+    lead, (r, n) = J.shape[:-2], J.shape[-2:]
+    rhs = np.concatenate([np.broadcast_to(f, lead + (n,)), np.broadcast_to(g, lead + (r,))],
+                         axis=-1)
+    if n + r < KKT_SPARSE_MIN or 0 in lead:
+        return np.linalg.solve(kkt_matrix(H, J), rhs[..., None])[..., 0]
+    return _solve_sparse(H, J.reshape(-1, r, n), rhs.reshape(-1, n + r)).reshape(rhs.shape)
+
+
+def minimum_norm(J: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """The minimum-norm solutions x (..., n) of J x = rhs, for J (..., r, n) and rhs (..., r):
+    the x of [[I, J^T], [J, 0]] [x; mu] = [0; rhs] (:func:`solve_kkt`), which is
+    J^T (J J^T)^-1 rhs without forming J J^T."""
+    n = J.shape[-1]
+    return solve_kkt(np.eye(n), J, np.zeros(n), rhs)[..., :n]
+
+
+def _solve_sparse(H, J, rhs):
+    """[x; mu] (T, n + r) by one sparse LU per state, J (T, r, n), rhs (T, n + r)."""
     T, r, n = J.shape
-    if n + r < KKT_SPARSE_MIN or T == 0:
-        K = np.zeros((T, n + r, n + r))
-        K[:, :n, :n] = H
-        K[:, :n, n:] = np.swapaxes(J, -1, -2)
-        K[:, n:, :n] = J
-        rhs = np.concatenate([f, g], axis=-1)
-        return np.linalg.solve(K, rhs[..., None])[..., 0]
     import scipy.sparse
     import scipy.sparse.linalg
 
@@ -66,7 +88,6 @@ def solve_kkt(H: np.ndarray, J: np.ndarray, f: np.ndarray, g: np.ndarray) -> np.
     values[:, hi.size:hi.size + ji.size] = J[:, ji, jj]
     values[:, hi.size + ji.size:] = J[:, ji, jj]
     values = np.ascontiguousarray(values[:, order])  # fancy indexing may give F order
-    rhs = np.concatenate([f, g], axis=-1)
     out = np.empty((T, n + r))
     for t in range(T):
         K = scipy.sparse.csc_matrix((values[t], rows, indptr), shape=(n + r, n + r))

@@ -248,8 +248,6 @@ def partition_along(
 
         def best_at(states):  # best sets (K, d) and their qualities (K,) at states (K,)
             return best_coordinate_sets(mech, q[states], scale)
-
-        cur = None if start is not None else best_coordinates(mech, q[0], scale)[0]
     else:
         chunk = max(T, 1)  # every flagged state of the current set in one batch
         N = _null_basis(mech, q, scale)  # (T, n, d)
@@ -260,8 +258,7 @@ def partition_along(
         def best_at(states):
             return _best_of_bases(N[states])
 
-        cur = None if start is not None else tuple(int(i) for i in best_at([0])[0][0])
-    cur = tuple(int(i) for i in start) if start is not None else cur
+    cur = tuple(int(i) for i in (best_at([0])[0][0] if start is None else start))
     out = np.empty((T, len(cur)), int)
     out[:] = cur
     if T == 0 or not cur:

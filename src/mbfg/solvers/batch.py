@@ -108,14 +108,20 @@ def _linearization(terms, X, keys, causal):
     return linearize(terms, X, keys), None
 
 
-def _causal_step(blocks, terms, X, work):
+def _dense(blocks, terms, X):
+    """The terms' dense blocks at X, for a linearization that may be the sparse (A, e)."""
+    return [t.blocks(X) for t in terms] if isinstance(blocks, tuple) else blocks
+
+
+def _causal_step(blocks, terms, X, work, dense=True):
     """The undamped step of a causal problem (see :func:`causal_step`) and the blocks it
-    linearized to, or (None, blocks) when the system declines that shape."""
+    linearized to, or (None, blocks) when the system declines that shape.  A sparse
+    linearization that declines is tried dense only if ``dense``."""
     if isinstance(blocks, tuple):
         step = causal_solve(*blocks, *X.shape)
-        if step is not None:
+        if step is not None or not dense:
             return step, blocks
-        blocks = [t.blocks(X) for t in terms]
+        blocks = _dense(blocks, terms, X)
     return causal_step(blocks, len(X), X.shape[1], work), blocks
 
 
@@ -341,14 +347,12 @@ def optimize(
             stats.iterations += 1
             step = None
             stalled = False
-            if lam == 0.0 and undamped_only and isinstance(blocks, tuple):
+            if lam == 0.0 and blocks is not None:
                 # a large segment: its sparse solve or nothing (the dense blocks of every
                 # step would not fit; a singular step, e.g. at a diverged iterate, stalls it)
-                step = causal_solve(*blocks, *X.shape)
-                stalled = step is None
-            elif lam == 0.0 and blocks is not None:
-                step, blocks = _causal_step(blocks, terms, X, work)
-                if step is None:  # not of the causal shape here: gtsam's QR decides
+                step, blocks = _causal_step(blocks, terms, X, work, dense=not undamped_only)
+                stalled = step is None and undamped_only
+                if step is None and not stalled:  # not causal here: gtsam's QR decides
                     base, blocks = graph_of(blocks, keys), None
             prev_X = X
             if stalled:
@@ -358,9 +362,8 @@ def optimize(
                 Y = X + step[0]
                 new_err = total_error(terms, Y)
             else:
-                if base is None:
-                    if isinstance(blocks, tuple):  # sparse: gtsam needs the blocks
-                        blocks = [t.blocks(X) for t in terms]
+                if base is None:  # gtsam needs the dense blocks
+                    blocks = _dense(blocks, terms, X)
                     base = graph_of(blocks, keys)
                 lin = base
                 if lam > 0.0:
