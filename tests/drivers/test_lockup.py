@@ -79,3 +79,32 @@ def test_ordinary_mechanisms_are_not_branch_points():
     for g in random_mechanisms(17, seed=5):
         mech = g.load()
         assert branch_point(mech, mech.q0) == (), g.name
+
+
+def _with_chain(yaml_text: str, links: int) -> str:
+    """The parallelogram's YAML with a ``links``-body pendulum chain added, hanging from a
+    new fixed point below it (enough bodies for the sparse solves of mbfg.model.kkt)."""
+    k0 = 4  # the parallelogram's points are 0-3
+    pts = ["  - {x: 0, y: -2, fixed: true}"]
+    pts += [f"  - {{x: {0.1 * k}, y: -2}}" for k in range(1, links + 1)]
+    bodies = [f"  - {{points: [{k0 + k}, {k0 + k + 1}], length: 0.1, mass: 0.1, "
+              f"I0: mass*length^2/3, cog: [length/2, 0]}}" for k in range(links)]
+    head, tail = yaml_text.split("planar_bodies:\n")
+    return head.rstrip("\n") + "\n" + "\n".join(pts) + "\nplanar_bodies:\n" + tail \
+        + "\n".join(bodies) + "\n"
+
+
+def test_branch_point_of_a_large_mechanism():
+    """With a 130-link chain beside it (n + m = 398), the rank test first tries the sparse
+    shortcut (full row rank by a wide margin); at the collinear parallelogram that shortcut
+    must decline, and the branch point is still found and named."""
+    from mbfg.model.kkt import uses_sparse
+    from mbfg.model.kinematics import _clearly_full_row_rank
+    from mbfg.model.scales import coordinate_scales
+
+    for angle, expected in ((0.0, {"y1", "y2"}), (np.pi / 4, set())):
+        text = _with_chain(PARALLELOGRAM.format(angle=angle), 130)
+        mech = mbfg.mechanism_from_yaml(text, "parallelogram+chain")
+        assert uses_sparse(mech.n, mech.m)
+        assert _clearly_full_row_rank(mech, mech.q0, coordinate_scales(mech)) == (not expected)
+        assert set(branch_point(mech, mech.q0)) == expected

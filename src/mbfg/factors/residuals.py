@@ -17,6 +17,7 @@ import numpy as np
 
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
+from mbfg.model.stacked_sparse import StackedSparse
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,21 +36,56 @@ def _slots(*names):
     return deco
 
 
-def _phi_q(mech, p):
+def _sparse(mech) -> bool:
+    """Whether this mechanism's constraint Jacobians are evaluated sparse
+    (:data:`mbfg.model.constraints.SPARSE_KERNELS_MIN`)."""
+    return mech.n + mech.m >= C.SPARSE_KERNELS_MIN
+
+
+def _dense(p, S):
+    """The dense (T, r, c) form of the StackedSparse ``S`` of this evaluation, converted once
+    per evaluation (the families of a step share ``p``)."""
+    cache = p.setdefault("_dense", {})
+    hit = cache.get(id(S))
+    if hit is None or hit[0] is not S:
+        hit = cache[id(S)] = (S, S.toarray())
+    return hit[1]
+
+
+def _phi_q(mech, p, own=False):
     """Phi_q(q) of the slot dict ``p``, computed once per evaluation and shared by the
-    families of the same step (a StackedTerm evaluates several on one dict)."""
+    families of the same step (a StackedTerm evaluates several on one dict).  Dense (T, m, n),
+    or with ``own`` the form the mechanism's kernels use (:func:`_sparse`)."""
     J = p.get("_Phi_q")
     if J is None:
-        J = p["_Phi_q"] = C.constraint_jacobian(mech, p["q"])
-    return J
+        J = p["_Phi_q"] = C.constraint_jacobian(mech, p["q"], sparse=_sparse(mech))
+    return J if own or not isinstance(J, StackedSparse) else _dense(p, J)
 
 
-def _phi_q_dot(mech, p):
+def _phi_q_dot(mech, p, own=False):
     """dPhi_q/dt(q, v) of the slot dict ``p``, cached like :func:`_phi_q`."""
-    Jd = p.get("_Phi_q_dot")
-    if Jd is None:
-        Jd = p["_Phi_q_dot"] = C.constraint_jacobian_dot(mech, p["q"], p["v"])
-    return Jd
+    J = p.get("_Phi_q_dot")
+    if J is None:
+        J = p["_Phi_q_dot"] = C.constraint_jacobian_dot(mech, p["q"], p["v"],
+                                                        sparse=_sparse(mech))
+    return J if own or not isinstance(J, StackedSparse) else _dense(p, J)
+
+
+def _times(A, x):
+    """A x for a stack A (T, r, c), dense or StackedSparse, and x (T, c)."""
+    return A.matvec(x) if isinstance(A, StackedSparse) else np.einsum("tkn,tn->tk", A, x)
+
+
+def _jacobians(p, jacobians, blocks):
+    """The Jacobian dict as asked, from ``blocks`` {slot: (factor, block)}: with
+    ``jacobians == "sparse"`` StackedSparse blocks stay sparse (the batch terms gather their
+    entries); otherwise they are made dense, once per evaluation."""
+    out = {}
+    for slot, (factor, b) in blocks.items():
+        if isinstance(b, StackedSparse) and jacobians != "sparse":
+            b = _dense(p, b)
+        out[slot] = b if factor == 1.0 else factor * b
+    return out
 
 
 def _selection(n, idx):
@@ -63,7 +99,8 @@ def position_constraints_residual(mech: Mechanism) -> Callable:
     @_slots("q")
     def f(p, jacobians=True):
         e = C.position_constraints(mech, p["q"])
-        return e, ({"q": _phi_q(mech, p)} if jacobians else None)
+        return e, (_jacobians(p, jacobians, {"q": (1.0, _phi_q(mech, p, True))}) if jacobians
+                   else None)
     return f
 
 
@@ -71,25 +108,30 @@ def velocity_constraints_residual(mech: Mechanism) -> Callable:
     """f_vc^d (Eq. 25): e = Phi_q(q) v; de/dq = (Phi_q v)_q = dPhi_q/dt, de/dv = Phi_q."""
     @_slots("q", "v")
     def f(p, jacobians=True):
-        v = p["v"]
-        J = _phi_q(mech, p)
-        e = np.einsum("tkn,tn->tk", J, v)
-        return e, ({"q": _phi_q_dot(mech, p), "v": J} if jacobians else None)
+        J = _phi_q(mech, p, True)
+        e = _times(J, p["v"])
+        if not jacobians:
+            return e, None
+        return e, _jacobians(p, jacobians, {"q": (1.0, _phi_q_dot(mech, p, True)),
+                                            "v": (1.0, J)})
     return f
 
 
 def acceleration_constraints_residual(mech: Mechanism) -> Callable:
     """f_ac^d: e = dPhi_q/dt v + Phi_q a (the nonlinear rows of Eq. 32)."""
+    sparse = _sparse(mech)
+
     @_slots("q", "v", "a")
     def f(p, jacobians=True):
         q, v, a = p["q"], p["v"], p["a"]
-        J = _phi_q(mech, p)
-        Jdot = _phi_q_dot(mech, p)
-        e = np.einsum("tkn,tn->tk", Jdot, v) + np.einsum("tkn,tn->tk", J, a)
+        J = _phi_q(mech, p, True)
+        Jdot = _phi_q_dot(mech, p, True)
+        e = _times(Jdot, v) + _times(J, a)
         if not jacobians:
             return e, None
-        return e, {"q": C.acceleration_bias_jacobian(mech, q, v, J) + C.hessian_times(mech, q, a),
-                   "v": 2.0 * Jdot, "a": J}
+        d_q = (C.acceleration_bias_jacobian(mech, q, v, J, sparse=sparse)
+               + C.hessian_times(mech, q, a, sparse=sparse))
+        return e, _jacobians(p, jacobians, {"q": (1.0, d_q), "v": (2.0, Jdot), "a": (1.0, J)})
     return f
 
 
@@ -159,11 +201,20 @@ def equations_of_motion_residual(
     bodies' coordinates (:func:`mbfg.model.dynamics.equations_of_motion`)."""
     @_slots("q", "v", "a", multiplier_slot)
     def f(p, jacobians=True):
+        J = _phi_q(mech, p, True)
+        sparse = jacobians == "sparse" and isinstance(J, StackedSparse)
         eom = D.equations_of_motion(mech, p["q"], p["v"], p["a"], p[multiplier_slot], forces,
-                                    J=_phi_q(mech, p), jacobians=jacobians)
+                                    J=J, jacobians=bool(jacobians), sparse=sparse)
         if not jacobians:
             return eom.e, None
-        return eom.e, {"q": eom.d_q, "v": eom.d_v, "a": eom.d_a, multiplier_slot: eom.d_lam}
+        if not sparse:
+            return eom.e, {"q": eom.d_q, "v": eom.d_v, "a": eom.d_a, multiplier_slot: eom.d_lam}
+        T = eom.e.shape[0]
+        return eom.e, {"q": eom.d_q, "v": eom.d_v,
+                       "a": StackedSparse(np.broadcast_to(eom.d_a.values,
+                                                          (T, eom.d_a.pattern.nnz)),
+                                          eom.d_a.pattern),
+                       multiplier_slot: eom.d_lam}
     return f
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.graphs.batch_term import BatchTerm
+from mbfg.model.stacked_sparse import StackedSparse
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -69,21 +70,37 @@ class StackedTerm(BatchTerm):
         return e, A
 
     def coo(self, X: ArrayLike) -> tuple:
-        e, Js = self._evaluate(X[self.rows], True)
+        e, Js = self._evaluate(X[self.rows], "sparse")
         T, r = e.shape
-        if self._pattern is None:
-            self._pattern = self._structure(X.shape[1])
-        ii, jj, vv = [], [], []
-        for (off, J), pattern in zip(Js, self._pattern):
-            for slot, (li, lj) in pattern.items():
-                arr = np.broadcast_to(J[slot], (T,) + np.shape(J[slot])[-2:])
+        blocks, vv = [], []
+        for k, (off, J) in enumerate(Js):
+            for slot, block in J.items():
+                if isinstance(block, StackedSparse):  # the kernels' own pattern
+                    li, lj = block.pattern.rows, block.pattern.cols
+                    vals = np.broadcast_to(block.values, (T, li.size))
+                else:  # dense: its structural nonzeros
+                    if self._pattern is None:
+                        self._pattern = self._structure(X.shape[1])
+                    li, lj = self._pattern[k][slot]
+                    vals = np.broadcast_to(block, (T,) + np.shape(block)[-2:])[:, li, lj]
+                blocks.append((off, slot, li, lj))
+                vv.append(vals)
+        key = (X.shape[1], tuple((off, slot, id(li), id(lj)) for off, slot, li, lj in blocks))
+        if self._coo_index is None or self._coo_index[0] != key:
+            ii, jj = [], []
+            for off, slot, li, lj in blocks:
                 ii.append((np.arange(T)[:, None] * r + off + li).ravel())
                 jj.append((self.rows[:, None] * X.shape[1] + self.layout.offset(slot)
                            + lj).ravel())
-                vv.append(arr[:, li, lj].ravel())
-        i = np.concatenate(ii)
-        w = self.inv_sigma
-        return i, np.concatenate(jj), np.concatenate(vv) * w[i % r], e * w
+            i = np.concatenate(ii)
+            # (the pattern arrays are the mechanism's cached ones: their ids identify them)
+            self._coo_index = (key, i, np.concatenate(jj), self.inv_sigma[i % r],
+                               [b[2:] for b in blocks])
+        _, i, j, wi, _ = self._coo_index
+        v = np.concatenate([a.ravel() for a in vv]) if len(vv) > 1 else vv[0].ravel()
+        return i, j, v * wi, e * self.inv_sigma
+
+    _coo_index = None
 
     _pattern = None
 

@@ -24,7 +24,9 @@ acceleration_constraints     dPhi_q/dt qdot + Phi_q qddot           (..., m)
 
 Each row is evaluated on the few coordinates of its own points (the per-row local tables of
 :class:`~mbfg.model.mechanism.Mechanism`), so apart from filling the dense outputs the cost
-and memory are linear in the number of rows.
+and memory are linear in the number of rows.  With ``sparse=True`` the Jacobian kernels return
+only those values, as a :class:`~mbfg.model.stacked_sparse.StackedSparse` (the batch drivers'
+path, linear in the number of bodies).
 
 Useful identities (all exact here): d(Phi_q qdot)/dq = Phi_qq qdot = dPhi_q/dt;
 d(dPhi_q/dt qdot)/dqdot = 2 dPhi_q/dt; d(Phi_q qddot)/dq = Phi_qq qddot.
@@ -34,6 +36,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from mbfg.model.kkt import uses_sparse
+from mbfg.model.stacked_sparse import StackedSparse
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -46,17 +51,18 @@ def _flat(mech, x):
     return x.reshape(-1, mech.n), x.shape[:-1]
 
 
+def _pair(mech, q, x):
+    """q and x broadcast to one shape (..., n), flattened: (q2 (T, n), x2 (T, n), lead)."""
+    q, x = np.asarray(q, dtype=float), np.asarray(x, dtype=float)
+    shape = np.broadcast_shapes(q.shape, x.shape)
+    return (np.broadcast_to(q, shape).reshape(-1, mech.n),
+            np.broadcast_to(x, shape).reshape(-1, mech.n), shape[:-1])
+
+
 def _local(coords, x2):
     """x2 (T, n) at a row table's coordinates (r, k): (T, r, k).  Padded slots (-1) read the
     last coordinate, which the zero coefficients of those slots cancel."""
     return x2[:, coords]
-
-
-def _scatter(out, slots, local):
-    """Write local per-row values (T, r, k) into the columns of ``out`` (T, m, n) given by a
-    slot table ``(mask, rows, cols)`` of the mechanism (padded slots are skipped)."""
-    mask, rows, cols = slots
-    out[:, rows, cols] = local[:, mask]
 
 
 def _quad_Hu(mech, u):
@@ -99,19 +105,38 @@ def position_constraints(mech: Mechanism, q: ArrayLike) -> np.ndarray:
     return out.reshape(lead + (mech.m,))
 
 
-def constraint_jacobian(mech: Mechanism, q: ArrayLike) -> np.ndarray:
-    """Phi_q(q), Eq. (24d).  Shape (..., m, n)."""
-    q2, lead = _flat(mech, q)
-    out = np.zeros((q2.shape[0], mech.m, mech.n))
+def _on_pattern(mech, values, lead, pattern, sparse):
+    """A kernel's values (T, nnz) on ``pattern``: a StackedSparse (``sparse``, leading axes
+    flattened to T) or the dense array (lead + pattern shape)."""
+    if sparse:
+        return StackedSparse(values, pattern)
+    r, c = pattern.shape
+    out = np.zeros((values.shape[0], r * c))
+    out[:, pattern.flat] = values  # (the kernels' patterns repeat no position)
+    return out.reshape(lead + pattern.shape)
+
+
+def _jacobian_values(mech, q2, angles=None):
+    """Phi_q of T states on ``mech._jacobian_pattern``: (T, nnz)."""
+    parts = []
     if mech.m_quadratic:
-        _scatter(out, mech._quad_slots,
-                 _quad_Hu(mech, _local(mech.quad_coords, q2)) + mech.quad_g)
+        mask = mech._quad_slots[0]
+        parts.append((_quad_Hu(mech, _local(mech.quad_coords, q2)) + mech.quad_g)[:, mask])
     if mech.angle_coords.size:
-        dx, dy, s, c = _angle_terms(mech, q2)
+        dx, dy, s, c = _angle_terms(mech, q2) if angles is None else angles
         D = mech.angle_D
-        _scatter(out, mech._angle_slots, D[:, 0] * s[..., None] - D[:, 1] * c[..., None])
-        out[:, _angle_rows(mech), mech.angle_coords] = dx * c + dy * s
-    return out.reshape(lead + (mech.m, mech.n))
+        parts.append((D[:, 0] * s[..., None] - D[:, 1] * c[..., None])[:, mech._angle_slots[0]])
+        parts.append(dx * c + dy * s)
+    return np.concatenate(parts, axis=1) if parts else np.zeros((q2.shape[0], 0))
+
+
+def constraint_jacobian(
+    mech: Mechanism, q: ArrayLike, sparse: bool = False
+) -> np.ndarray | StackedSparse:
+    """Phi_q(q), Eq. (24d).  Shape (..., m, n), or with ``sparse`` a
+    :class:`~mbfg.model.stacked_sparse.StackedSparse` of T = prod(...) matrices."""
+    q2, lead = _flat(mech, q)
+    return _on_pattern(mech, _jacobian_values(mech, q2), lead, mech._jacobian_pattern, sparse)
 
 
 def _angle_w(mech, s, c):
@@ -121,29 +146,34 @@ def _angle_w(mech, s, c):
     return D[:, 0] * c[..., None] + D[:, 1] * s[..., None]
 
 
-def hessian_times(mech: Mechanism, q: ArrayLike, v: ArrayLike) -> np.ndarray:
-    """Phi_qq(q) v: row k is (Hessian of Phi_k) @ v.  Shape (..., m, n).
+def hessian_times(
+    mech: Mechanism, q: ArrayLike, v: ArrayLike, sparse: bool = False
+) -> np.ndarray | StackedSparse:
+    """Phi_qq(q) v: row k is (Hessian of Phi_k) @ v.  Shape (..., m, n) (``sparse``: as in
+    :func:`constraint_jacobian`).
 
     Equals d(Phi_q v)/dq for a constant v; with v = qdot it is dPhi_q/dt (Eq. 40a)."""
     q2, lead = _flat(mech, q)
     v2 = np.broadcast_to(np.asarray(v, dtype=float), np.shape(q)).reshape(-1, mech.n)
-    out = np.zeros((q2.shape[0], mech.m, mech.n))
+    parts = []
     if mech.m_quadratic:
-        _scatter(out, mech._quad_slots, _quad_Hu(mech, _local(mech.quad_coords, v2)))
+        parts.append(_quad_Hu(mech, _local(mech.quad_coords, v2))[:, mech._quad_slots[0]])
     if mech.angle_coords.size:
         dx, dy, s, c = _angle_terms(mech, q2)
         w = _angle_w(mech, s, c)
         phi = dx * s - dy * c
         vth = v2[:, mech.angle_coords]
         wv = np.einsum("tai,tai->ta", w, _local(mech.angle_d_coords, v2))
-        _scatter(out, mech._angle_slots, w * vth[..., None])
-        out[:, _angle_rows(mech), mech.angle_coords] = wv - phi * vth
-    return out.reshape(lead + (mech.m, mech.n))
+        parts.append((w * vth[..., None])[:, mech._angle_slots[0]])
+        parts.append(wv - phi * vth)
+    values = np.concatenate(parts, axis=1) if parts else np.zeros((q2.shape[0], 0))
+    return _on_pattern(mech, values, lead, mech._jacobian_pattern, sparse)
 
 
-def constraint_jacobian_dot(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
+def constraint_jacobian_dot(mech: Mechanism, q: ArrayLike, qd: ArrayLike,
+                            sparse: bool = False) -> np.ndarray | StackedSparse:
     """dPhi_q/dt = Phi_qq qdot (Eq. 40a).  Shape (..., m, n)."""
-    return hessian_times(mech, q, qd)
+    return hessian_times(mech, q, qd, sparse)
 
 
 def constraint_hessian(mech: Mechanism, q: ArrayLike) -> np.ndarray:
@@ -163,61 +193,77 @@ def constraint_hessian(mech: Mechanism, q: ArrayLike) -> np.ndarray:
     return out.reshape(lead + (mech.m, mech.n, mech.n))
 
 
-def hessian_weighted_sum(mech: Mechanism, q: ArrayLike, lam: ArrayLike) -> np.ndarray:
-    """sum_k lam_k Phi_qq,k(q): the constraint-force term d(Phi_q^T lam)/dq, shape (..., n, n).
+def hessian_weighted_sum(mech: Mechanism, q: ArrayLike, lam: ArrayLike,
+                         sparse: bool = False) -> np.ndarray | StackedSparse:
+    """sum_k lam_k Phi_qq,k(q): the constraint-force term d(Phi_q^T lam)/dq, shape (..., n, n)
+    (``sparse``: a :class:`~mbfg.model.stacked_sparse.StackedSparse` on
+    ``mech._hessian_sum_pattern``).
 
     Never forms the (m, n, n) Hessian tensor: the weighted entries of the quadratic rows'
     constant local Hessians are summed cell by cell, and the angle rows' rank-2 Hessians (whose
     cells all involve their own angle coordinate, so they are distinct from each other and
     from the quadratic rows' cells) are written in place."""
     q2, lead = _flat(mech, q)
-    n = mech.n
     lam2 = np.broadcast_to(np.asarray(lam, dtype=float), lead + (mech.m,)).reshape(-1, mech.m)
-    mq = mech.m_quadratic
-    out = np.zeros((q2.shape[0], n * n))
     cells, starts, rows, h = mech._quad_hessian_sum
-    if cells.size:
-        out[:, cells] = np.add.reduceat(lam2[:, rows] * h, starts, axis=1)
+    parts = [np.add.reduceat(lam2[:, rows] * h, starts, axis=1) if cells.size
+             else np.zeros((q2.shape[0], 0))]
     if mech.angle_coords.size:
         dx, dy, s, c = _angle_terms(mech, q2)
-        lam_a = lam2[:, mq:]
-        mask, _, cols, th = _angle_hessian_slots(mech)
-        w = (_angle_w(mech, s, c) * lam_a[..., None])[:, mask]
-        out[:, cols * n + th] = w
-        out[:, th * n + cols] = w
-        out[:, mech.angle_coords * (n + 1)] = -(dx * s - dy * c) * lam_a
-    return out.reshape(lead + (n, n))
+        lam_a = lam2[:, mech.m_quadratic:]
+        w = (_angle_w(mech, s, c) * lam_a[..., None])[:, mech._angle_slots[0]]
+        parts += [w, w, -(dx * s - dy * c) * lam_a]
+    return _on_pattern(mech, np.concatenate(parts, axis=1), lead, mech._hessian_sum_pattern,
+                       sparse)
 
 
 def velocity_constraints(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """Phi_q(q) qdot, Eq. (25a).  Shape (..., m)."""
-    return np.einsum("...kn,...n->...k", constraint_jacobian(mech, q), qd)
+    if mech.n + mech.m < SPARSE_KERNELS_MIN:
+        return np.einsum("...kn,...n->...k", constraint_jacobian(mech, q), qd)
+    q2, qd2, lead = _pair(mech, q, qd)
+    return constraint_jacobian(mech, q2, sparse=True).matvec(qd2).reshape(lead + (mech.m,))
 
 
 def acceleration_bias(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """dPhi_q/dt qdot = qdot^T Phi_qq qdot; the acceleration right-hand side is c = -this (Eq. 3)."""
-    return np.einsum("...kn,...n->...k", hessian_times(mech, q, qd), qd)
+    if mech.n + mech.m < SPARSE_KERNELS_MIN:
+        return np.einsum("...kn,...n->...k", hessian_times(mech, q, qd), qd)
+    q2, qd2, lead = _pair(mech, q, qd)
+    return hessian_times(mech, q2, qd2, sparse=True).matvec(qd2).reshape(lead + (mech.m,))
 
 
 def acceleration_bias_jacobian(
-    mech: Mechanism, q: ArrayLike, qd: ArrayLike, J: ArrayLike | None = None
-) -> np.ndarray:
-    """d(dPhi_q/dt qdot)/dq, shape (..., m, n).  Zero for the quadratic rows.
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, J: ArrayLike | None = None,
+    sparse: bool = False
+) -> np.ndarray | StackedSparse:
+    """d(dPhi_q/dt qdot)/dq, shape (..., m, n) (``sparse``: as in
+    :func:`constraint_jacobian`).  Zero for the quadratic rows.
 
-    ``J``: Phi_q(q) if already computed."""
+    ``J``: Phi_q(q) of the same states (dense, or a StackedSparse), if already computed."""
     q2, lead = _flat(mech, q)
     qd2 = np.broadcast_to(np.asarray(qd, dtype=float), np.shape(q)).reshape(-1, mech.n)
-    out = np.zeros((q2.shape[0], mech.m, mech.n))
-    mq = mech.m_quadratic
+    T = q2.shape[0]
+    nq = mech._quad_slots[1].size
+    parts = [np.zeros((T, nq))]
     if mech.angle_coords.size:
-        _, _, s, c = _angle_terms(mech, q2)
+        angles = _angle_terms(mech, q2)
+        _, _, s, c = angles
         dd = np.einsum("aij,taj->tai", mech.angle_D, _local(mech.angle_d_coords, qd2))
         thd = qd2[:, mech.angle_coords]
-        J = (constraint_jacobian(mech, q2) if J is None else J.reshape(-1, mech.m, mech.n))[:, mq:]
-        out[:, mq:] = -(thd ** 2)[..., None] * J
-        out[:, _angle_rows(mech), mech.angle_coords] += 2.0 * thd * (-s * dd[..., 0]
-                                                                     + c * dd[..., 1])
-    return out.reshape(lead + (mech.m, mech.n))
+        pattern = mech._jacobian_pattern
+        if isinstance(J, StackedSparse) and J.pattern is pattern:
+            Ja = J.values[:, nq:]
+        elif J is not None:  # dense (..., m, n): its entries on the pattern
+            Ja = np.asarray(J).reshape(-1, mech.m, mech.n)[:, pattern.rows[nq:],
+                                                           pattern.cols[nq:]]
+        else:
+            Ja = _jacobian_values(mech, q2, angles)[:, nq:]
+        na = mech._angle_slots[1].size
+        thd2 = (thd ** 2)[:, mech._angle_slots[1] - mech.m_quadratic]
+        parts.append(-thd2 * Ja[:, :na])
+        parts.append(-(thd ** 2) * Ja[:, na:] + 2.0 * thd * (-s * dd[..., 0] + c * dd[..., 1]))
+    return _on_pattern(mech, np.concatenate(parts, axis=1), lead, mech._jacobian_pattern, sparse)
 
 
 def acceleration_constraints(
@@ -226,6 +272,12 @@ def acceleration_constraints(
     """dPhi_q/dt qdot + Phi_q qddot (the acceleration-level constraint, Eq. 32a top)."""
     return acceleration_bias(mech, q, qd) + velocity_constraints(mech, q, qdd)
 
+
+SPARSE_KERNELS_MIN = 64
+"""Mechanisms with n + m at least this evaluate the factor graphs' constraint Jacobians as
+StackedSparse (values on the rows' own coordinates); smaller ones densely, which takes fewer
+array operations there (a performance threshold: a 20-link chain, n + m = 60, is as fast
+either way)."""
 
 DENSE_STATE_ENTRIES = 4096
 """Mechanisms without angle rows whose constraint Hessian has at most this many entries
@@ -376,6 +428,20 @@ def independent_rows(mech: Mechanism, q: ArrayLike, J: ArrayLike | None = None) 
     return flat.reshape(q.shape[:-1] + (r,))
 
 
+def solve_jacobian(mech: Mechanism, q: ArrayLike, Jall: ArrayLike | None = None) -> tuple:
+    """``(rows, J)``: the independent rows (:func:`independent_rows`) and their Jacobian, for
+    the saddle-point solves of :mod:`mbfg.model.kkt`.  J is a StackedSparse of the flattened
+    states when those solves are sparse (:func:`mbfg.model.kkt.uses_sparse`) and the
+    mechanism has no redundant rows, so that nothing of size (m, n) is formed; otherwise the
+    dense (..., r, n).  ``Jall``: Phi_q(q) of every row, dense, if already computed."""
+    if (Jall is None and mech.independent_rows.size == mech.m
+            and uses_sparse(mech.n, mech.m)):
+        return np.asarray(mech.independent_rows), constraint_jacobian(mech, q, sparse=True)
+    Jall = constraint_jacobian(mech, q) if Jall is None else Jall
+    rows = independent_rows(mech, q, Jall)
+    return rows, take_rows(Jall, rows, 1)
+
+
 def take_rows(a: ArrayLike, rows: ArrayLike, trailing: int = 0) -> np.ndarray:
     """Select constraint rows ``rows`` (..., r) from ``a`` of shape (..., m, *trailing dims)."""
     a = np.asarray(a)
@@ -394,5 +460,6 @@ __all__ = [
     "position_constraints", "constraint_jacobian", "hessian_times", "constraint_jacobian_dot",
     "constraint_hessian", "hessian_weighted_sum", "velocity_constraints", "acceleration_bias",
     "acceleration_bias_jacobian", "acceleration_constraints", "independent_rows", "take_rows",
+    "solve_jacobian",
     "StateConstraints"
 ]

@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.model import constraints as C
-from mbfg.model.kkt import KKT_SPARSE_MIN, kkt_matrix, solve_kkt
+from mbfg.model import stacked_sparse
+from mbfg.model.stacked_sparse import StackedSparse
+from mbfg.model.kkt import KKT_SPARSE_MIN, kkt_matrix, solve_kkt, uses_sparse
 from mbfg.model.kinematics import selection_matrix, velocity_sensitivity, velocity_transform
 from mbfg.model.nonconservative import friction_force_jacobians, friction_forces
 
@@ -81,15 +83,17 @@ def _applied(mech, Q, q, qd, jacobians=False):
 def _rhs_c(mech, q, qd, baumgarte, rows=None, Jall=None, Jdot=None):
     """Independent rows (per state), their Jacobian and the acceleration right-hand side c.
     ``Jall``, ``Jdot``: Phi_q(q) and dPhi_q/dt(q, qd) of all rows, if already computed."""
-    Jall = C.constraint_jacobian(mech, q) if Jall is None else Jall
-    rows = C.independent_rows(mech, q, Jall) if rows is None else rows
-    J = C.take_rows(Jall, rows, 1)
+    if rows is None:
+        rows, J = C.solve_jacobian(mech, q, Jall)
+    else:
+        Jall = C.constraint_jacobian(mech, q) if Jall is None else Jall
+        J = C.take_rows(Jall, rows, 1)
     bias = (C.acceleration_bias(mech, q, qd) if Jdot is None
             else np.einsum("...kn,...n->...k", Jdot, qd))
     c = -C.take_rows(bias, rows)
     if baumgarte is not None:
         z, w = baumgarte.zeta, baumgarte.omega
-        c = (c - 2.0 * z * w * np.einsum("...kn,...n->...k", J, qd)
+        c = (c - 2.0 * z * w * C.take_rows(C.velocity_constraints(mech, q, qd), rows)
              - w * w * C.take_rows(C.position_constraints(mech, q), rows))
     return rows, J, c
 
@@ -127,7 +131,12 @@ def forward_dynamics(
     q = np.asarray(q, float)
     qd = np.asarray(qd, float)
     rows, J, c = _rhs_c(mech, q, qd, baumgarte, Jall=J, Jdot=Jdot)
-    sol = solve_kkt(mech.mass_matrix(), J, _applied(mech, Q, q, qd), c)
+    lead = np.broadcast_shapes(q.shape, qd.shape)[:-1]
+    f = _applied(mech, Q, q, qd)
+    if isinstance(J, StackedSparse):  # flattened states
+        f = np.broadcast_to(f, lead + (mech.n,)).reshape(-1, mech.n)
+        c = np.broadcast_to(c, lead + c.shape[-1:]).reshape(-1, c.shape[-1])
+    sol = solve_kkt(mech.mass_matrix(), J, f, c).reshape(lead + (-1,))
     qdd = sol[..., :mech.n]
     if not return_multipliers:
         return qdd
@@ -207,7 +216,7 @@ def forward_dynamics_jacobians(
     qd = np.asarray(qd, float)
     n = mech.n
     lead = q.shape[:-1]
-    Jall, Jdot_all = J, Jdot
+    Jall, Jdot_all = C.constraint_jacobian(mech, q) if J is None else J, Jdot
     rows, J, c = _rhs_c(mech, q, qd, baumgarte, Jall=Jall, Jdot=Jdot_all)
     mr = rows.shape[-1]
     K = kkt_matrix(mech.mass_matrix(), J)
@@ -263,6 +272,7 @@ def equations_of_motion(
     *,
     J: ArrayLike | None = None,
     jacobians: bool = True,
+    sparse: bool = False,
 ) -> EquationsOfMotion:
     """The top row of the KKT system (Eq. 5) as a residual, the multipliers unknown:
 
@@ -282,19 +292,40 @@ def equations_of_motion(
         Multipliers of every constraint row.
     Q : (..., n) or (n,), optional
         Applied generalized forces besides gravity and friction.
-    J : (..., m, n), optional
+    J : (..., m, n) or StackedSparse, optional
         Phi_q(q) when the caller already has it.
+    sparse : bool
+        Return the Jacobians as :class:`~mbfg.model.stacked_sparse.StackedSparse` stacks
+        (leading axes flattened; q etc. then (T, n)), except the friction terms', which are
+        dense.
     """
     q, qd = np.asarray(q, float), np.asarray(qd, float)
     qdd, lam = np.asarray(qdd, float), np.asarray(lam, float)
-    J = C.constraint_jacobian(mech, q) if J is None else J
-    M = mech.mass_matrix()
+    if J is None:  # (the residual alone needs only Phi_q^T lam: sparse)
+        J = C.constraint_jacobian(mech, q.reshape(-1, mech.n), sparse=True) \
+            if sparse or not jacobians else C.constraint_jacobian(mech, q)
     Qt, dQf_dq, dQf_dqd = _applied(mech, Q, q, qd, jacobians=True) if jacobians else (
         _applied(mech, Q, q, qd), None, None)
-    e = mech.mass_times(qdd) + np.einsum("...kn,...k->...n", J, lam) - Qt
+    if isinstance(J, StackedSparse):  # (its states: q's, flattened)
+        lam_q = np.broadcast_to(lam, q.shape[:-1] + (mech.m,)).reshape(-1, mech.m)
+        JTlam = J.rmatvec(lam_q).reshape(q.shape)
+    else:
+        JTlam = np.einsum("...kn,...k->...n", J, lam)
+    e = mech.mass_times(qdd) + JTlam - Qt
     if not jacobians:
         return EquationsOfMotion(e, None, None, None, None)
     lead = e.shape[:-1]
+    if sparse:
+        if not isinstance(J, StackedSparse):
+            raise TypeError("sparse equations of motion need Phi_q as a StackedSparse")
+        pattern, values = mech._mass_pattern
+        d_q = C.hessian_weighted_sum(mech, q, lam, sparse=True)
+        d_v = stacked_sparse.empty(d_q.values.shape[0], (mech.n, mech.n))
+        if dQf_dq is not None:  # friction: dense (few mechanisms of many bodies have it)
+            d_q, d_v = d_q.toarray() - dQf_dq, -dQf_dqd
+        return EquationsOfMotion(e, d_q, d_v, StackedSparse(values, pattern), J.T)
+    M = mech.mass_matrix()
+    Jd = J.toarray().reshape(q.shape[:-1] + J.shape[1:]) if isinstance(J, StackedSparse) else J
     d_q = C.hessian_weighted_sum(mech, q, lam)
     d_q = np.broadcast_to(d_q, lead + d_q.shape[-2:])
     d_v = np.broadcast_to(0.0, lead + (mech.n, mech.n))  # (no allocation without friction)
@@ -302,7 +333,7 @@ def equations_of_motion(
         d_q = d_q - dQf_dq
         d_v = -dQf_dqd
     return EquationsOfMotion(e, d_q, d_v, np.broadcast_to(M, lead + M.shape),
-                             np.broadcast_to(np.swapaxes(J, -1, -2), lead + (mech.n, mech.m)))
+                             np.broadcast_to(np.swapaxes(Jd, -1, -2), lead + (mech.n, mech.m)))
 
 
 def multipliers(
@@ -312,14 +343,22 @@ def multipliers(
     of Phi_q^T lambda = Q_g + Q_f + Q - M qddot on the independent rows (zero on redundant
     ones).  Exact when qddot solves Eq. (5); an initial guess otherwise."""
     q = np.asarray(q, float)
-    J = C.constraint_jacobian(mech, q)
     rows = np.asarray(mech.independent_rows)
-    Jr = C.take_rows(J, rows, 1)
-    rhs = -equations_of_motion(mech, q, qd, qdd, np.zeros(q.shape[:-1] + (mech.m,)), Q, J=J,
+    rhs = -equations_of_motion(mech, q, qd, qdd, np.zeros(q.shape[:-1] + (mech.m,)), Q,
                                jacobians=False).e
-    Jrt = np.swapaxes(Jr, -1, -2)
-    lam_r = np.linalg.solve(Jr @ Jrt, np.einsum("...kn,...n->...k", Jr, rhs)[..., None])[..., 0]
-    lam = np.zeros(q.shape[:-1] + (mech.m,))
+    if rows.size == mech.m and uses_sparse(mech.n, mech.m):
+        # J J^T lam = J rhs as [[I, J^T], [J, 0]] [x; lam] = [rhs; 0], sparse
+        n = mech.n
+        Jr = C.constraint_jacobian(mech, np.broadcast_to(q, rhs.shape).reshape(-1, n),
+                                   sparse=True)
+        lam_r = solve_kkt(None, Jr, rhs.reshape(-1, n), 0.0)[:, n:]
+        lam_r = lam_r.reshape(rhs.shape[:-1] + (rows.size,))
+    else:
+        Jr = C.take_rows(C.constraint_jacobian(mech, q), rows, 1)
+        Jrt = np.swapaxes(Jr, -1, -2)
+        lam_r = np.linalg.solve(Jr @ Jrt,
+                                np.einsum("...kn,...n->...k", Jr, rhs)[..., None])[..., 0]
+    lam = np.zeros(lam_r.shape[:-1] + (mech.m,))
     lam[..., rows] = lam_r
     return lam
 

@@ -15,7 +15,8 @@ import scipy.linalg
 
 from mbfg.errors import ConvergenceError, SolverError
 from mbfg.model import constraints as C
-from mbfg.model.kkt import KKT_SPARSE_MIN, minimum_norm
+from mbfg.model.kkt import KKT_SPARSE_MIN, minimum_norm, uses_sparse
+from mbfg.model.stacked_sparse import StackedSparse
 from mbfg.model.scales import constraint_scales, coordinate_scales
 
 if TYPE_CHECKING:
@@ -283,9 +284,11 @@ def branch_point(mech: Mechanism, q: ArrayLike, *, probes: int = 3) -> tuple[str
     """
     q = np.asarray(q, float)
     c = coordinate_scales(mech)
-    J = C.constraint_jacobian(mech, q) * c
-    if J.shape[0] == 0:
+    if mech.m == 0:
         return ()
+    if uses_sparse(mech.n, mech.m) and _clearly_full_row_rank(mech, q, c):
+        return ()  # the rank cannot rise nearby (and a dense SVD would cost (m n^2))
+    J = C.constraint_jacobian(mech, q) * c
     _, sv, Vt = np.linalg.svd(J)
     rank = int(np.sum(sv > RANK_RTOL * sv[0]))
     null = Vt[rank:]
@@ -303,6 +306,37 @@ def branch_point(mech: Mechanism, q: ArrayLike, *, probes: int = 3) -> tuple[str
             lost = np.abs(Vp[rank])
             return tuple(mech.coordinate_names[i] for i in np.flatnonzero(lost >= 0.3 * lost.max()))
     return ()
+
+
+def _clearly_full_row_rank(mech, q, c) -> bool:
+    """Whether Phi_q(q) diag(c) has full row rank by a wide margin, from one sparse LU of
+    G = J J^T: inverse iteration gives mu >= lambda_min(G) (and, from a seeded random start,
+    mu <= about 100 sqrt(m) lambda_min after the first step), Gershgorin's bound exceeds
+    lambda_max(G).  True when mu exceeds m 1e6 RANK_RTOL^2 times that bound, so that
+    sigma_min > RANK_RTOL sigma_max with room to spare; False means "not sure"."""
+    import scipy.sparse
+    import scipy.sparse.linalg
+
+    S = C.constraint_jacobian(mech, q[None], sparse=True)
+    p = S.pattern
+    J = scipy.sparse.csr_matrix((S.values[0] * c[p.cols], (p.rows, p.cols)), p.shape)
+    G = (J @ J.T).tocsc()
+    try:
+        with np.errstate(all="ignore"):
+            lu = scipy.sparse.linalg.splu(G)
+    except RuntimeError:  # exactly singular
+        return False
+    bound = float(abs(G).sum(axis=1).max())
+    x = np.random.default_rng(0).normal(size=G.shape[0])
+    mu = 0.0
+    for _ in range(3):
+        y = lu.solve(x)
+        ny = float(np.linalg.norm(y))
+        if not np.isfinite(ny) or ny == 0.0:
+            return False
+        mu = float(np.linalg.norm(x)) / ny
+        x = y / ny
+    return mu > G.shape[0] * 1e6 * RANK_RTOL ** 2 * bound
 
 
 def point_coordinate_indices(mech: Mechanism, point: int) -> tuple:
@@ -414,8 +448,7 @@ def solve_positions_batch(
     for it in range(max_iter + 1):
         ai = np.flatnonzero(active)
         qa = q[ai]
-        Jall = C.constraint_jacobian(mech, qa)
-        rows = C.independent_rows(mech, qa, Jall)
+        rows, J = C.solve_jacobian(mech, qa)
         phi = C.take_rows(C.position_constraints(mech, qa), rows)
         with np.errstate(all="ignore"):
             rel = phi / C.take_rows(scale[ai], rows)
@@ -427,7 +460,11 @@ def solve_positions_batch(
         if it == max_iter or not keep.any():
             break
         ai = ai[keep]
-        J = C.take_rows(Jall[keep], rows if rows.ndim == 1 else rows[keep], 1)[..., free]
+        if isinstance(J, StackedSparse):
+            J = StackedSparse(J.values[keep], J.pattern)
+            J = J if free.size == mech.n else J.columns(free)
+        else:
+            J = J[keep][..., free]
         step = _minimum_norm_step(J, -phi[keep])
         q[ai[:, None], free[None, :]] += step
     return q, ok
@@ -438,6 +475,8 @@ def _minimum_norm_step(J, rhs):
     square, J^T (J J^T)^-1 rhs when wide (for large systems the same x by
     :func:`mbfg.model.kkt.minimum_norm`, sparse);
     the pseudo-inverse where those are singular."""
+    if isinstance(J, StackedSparse):
+        return minimum_norm(J, rhs)
     try:
         if J.shape[-2] == J.shape[-1]:
             return np.linalg.solve(J, rhs[..., None])[..., 0]
@@ -451,9 +490,12 @@ def _minimum_norm_step(J, rhs):
 
 def project_velocities_batch(mech: Mechanism, q: ArrayLike, v: ArrayLike) -> np.ndarray:
     """Vectorized minimum-norm projection of velocities (T, n) onto Phi_q v = 0."""
-    Jall = C.constraint_jacobian(mech, q)
-    J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1)
+    q = np.asarray(q, float)
     v = np.asarray(v, float)
+    _, J = C.solve_jacobian(mech, q)
+    if isinstance(J, StackedSparse):  # the minimum-norm correction, sparse
+        v2 = np.broadcast_to(v, q.shape).reshape(-1, mech.n)
+        return (v2 + minimum_norm(J, -J.matvec(v2))).reshape(q.shape)
     if sum(J.shape[-2:]) >= KKT_SPARSE_MIN:  # the minimum-norm correction, sparse
         return v + minimum_norm(J, -(J @ v[..., None])[..., 0])
     y = np.linalg.solve(J @ np.swapaxes(J, 1, 2), (J @ v[..., None]))

@@ -164,6 +164,39 @@ class Mechanism:
                 _freeze(h[nz][order]))
 
     @cached_property
+    def _jacobian_pattern(self):
+        """:class:`~mbfg.model.stacked_sparse.Pattern` of Phi_q (m, n) and of every kernel
+        with its structure (Phi_qq v, d(dPhi_q/dt v)/dq): the quadratic rows' slots, the
+        angle rows' point slots, then each angle row's own angle coordinate."""
+        from mbfg.model.stacked_sparse import Pattern
+        _, qr, qc = self._quad_slots
+        _, ar, acol = self._angle_slots
+        arows = self.m_quadratic + np.arange(self.angle_coords.size)
+        return Pattern.of(np.concatenate([qr, ar, arows]),
+                          np.concatenate([qc, acol, self.angle_coords]), (self.m, self.n))
+
+    @cached_property
+    def _hessian_sum_pattern(self):
+        """Pattern of sum_k lam_k Phi_qq,k (n, n): the quadratic rows' cells
+        (``_quad_hessian_sum``), the angle rows' (point, angle) and (angle, point) cells,
+        then the angle diagonal."""
+        from mbfg.model.stacked_sparse import Pattern
+        n = self.n
+        cells = self._quad_hessian_sum[0]
+        mask, rows, cols = self._angle_slots
+        th = self.angle_coords[rows - self.m_quadratic]
+        return Pattern.of(np.concatenate([cells // n, cols, th, self.angle_coords]),
+                          np.concatenate([cells % n, th, cols, self.angle_coords]), (n, n))
+
+    @cached_property
+    def _mass_pattern(self) -> tuple:
+        """(Pattern, values (1, nnz)) of the nonzeros of the constant mass matrix."""
+        from mbfg.model.stacked_sparse import Pattern
+        M = self.mass_matrix()
+        i, j = np.nonzero(M)
+        return Pattern.of(i, j, M.shape), _freeze(M[i, j][None, :])
+
+    @cached_property
     def point_selection(self) -> np.ndarray:
         """(n_points, 2, n): ``r_p = point_selection[p] @ q + point_fixed_xy[p]``."""
         A = np.zeros((self.n_points, 2, self.n))

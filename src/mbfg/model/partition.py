@@ -15,6 +15,7 @@ import numpy as np
 import scipy.linalg
 
 from mbfg.model import constraints as C
+from mbfg.model.stacked_sparse import StackedSparse
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -65,13 +66,17 @@ def _sparse_quality(mech, q, indices, scale, rtol=1e-6, max_iterations=200) -> f
     import scipy.sparse
     import scipy.sparse.linalg
 
-    Jall = C.constraint_jacobian(mech, q[None])[0]
-    J = C.take_rows(Jall, C.independent_rows(mech, q[None], Jall[None]).reshape(-1), 1) * scale
+    _, J = C.solve_jacobian(mech, q[None])
+    if isinstance(J, StackedSparse):
+        p = J.pattern
+        J = scipy.sparse.csc_matrix((J.values[0] * scale[p.cols], (p.rows, p.cols)), p.shape)
+    else:
+        J = scipy.sparse.csc_matrix(J[0] * scale)
     idx = np.asarray(indices, int)
     dep = np.setdiff1d(np.arange(mech.n), idx)
     if dep.size != J.shape[0]:
         return 0.0
-    Jd, Ji = scipy.sparse.csc_matrix(J[:, dep]), scipy.sparse.csc_matrix(J[:, idx])
+    Jd, Ji = J[:, dep], J[:, idx]
     try:
         with np.errstate(all="ignore"):
             lu = scipy.sparse.linalg.splu(Jd)

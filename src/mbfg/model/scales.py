@@ -70,8 +70,10 @@ def constraint_scales(
     Phi_i / scale_i is a distance to the manifold relative to the coordinates' scales
     (default :func:`coordinate_scales`).  A row whose gradient vanishes (a singular
     configuration) gets the largest row's scale."""
-    c = coordinate_scales(mech) if coordinates is None else coordinates
-    rows = np.linalg.norm(C.constraint_jacobian(mech, q) * c, axis=-1)
+    c = coordinate_scales(mech) if coordinates is None else np.asarray(coordinates, float)
+    q = np.asarray(q, float)
+    rows = C.constraint_jacobian(mech, q.reshape(-1, mech.n), sparse=True).row_norms(c)
+    rows = rows.reshape(q.shape[:-1] + (mech.m,))
     largest = np.max(rows, axis=-1, keepdims=True, initial=0.0)
     # (every gradient zero, a degenerate mechanism: the rows are measured in their own units)
     return np.where(rows > 0.0, rows, np.where(largest > 0.0, largest, 1.0))
