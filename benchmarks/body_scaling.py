@@ -2,7 +2,10 @@
 
 Each chain hangs from the fixed point 0 and starts horizontal: body k joins points k and k + 1,
 length 1/N m, mass 1/N kg, I0 = mass length^2 / 3, so n = 2N coordinates and m = N distance
-constraints.  Each N runs in its own Python process (so memory peaks are separate) and reports:
+constraints.  The chain of 1 m grows stiffer with N (its links shorten, so its fastest
+motions speed up and Newton needs more iterations at the same dt); ``--link-length L`` keeps
+every link at L m and L kg instead, so that only the count changes.  Each N runs in its own
+Python process (so memory peaks are separate) and reports:
 
 * load: ``mbfg.mechanism_from_yaml`` on the YAML text (parse, build, assemble q0, choose the
   independent rows) [s], and the peak resident memory of the process after it [MB] (a
@@ -18,7 +21,7 @@ constraints.  Each N runs in its own Python process (so memory peaks are separat
   horizontal rest state): the mean of a 0.1 s run after a 0.01 s warm-up [ms/step], with
   the same budget rule (``--batch-budget``).
 
-    python benchmarks/body_scaling.py [--max-n 400] [--sizes 10 50 100 200 400]
+    python benchmarks/body_scaling.py [--max-n 400] [--sizes 10 50 100 200 400] [--link-length 0.1]
 """
 from __future__ import annotations
 
@@ -56,7 +59,8 @@ def best_ms(run, repeat: int = REPEAT) -> float:
     return 1e3 * best
 
 
-def measure(links: int, smoother: bool, batch: bool = True) -> dict:
+def measure(links: int, smoother: bool, batch: bool = True, link_length: float | None = None
+            ) -> dict:
     """All measurements for one chain, in this process."""
     import numpy as np
 
@@ -66,7 +70,8 @@ def measure(links: int, smoother: bool, batch: bool = True) -> dict:
 
     from mbfg.testing import pendulum_chain_yaml
 
-    text = pendulum_chain_yaml(links)
+    text = (pendulum_chain_yaml(links) if link_length is None
+            else pendulum_chain_yaml(links, links * link_length, links * link_length))
     base = peak_rss_mb()
     t0 = time.perf_counter()
     mech = mbfg.mechanism_from_yaml(text, source=f"chain{links}")
@@ -104,6 +109,7 @@ def measure(links: int, smoother: bool, batch: bool = True) -> dict:
             res = simulate_batch(mech, BATCH_T)
             out["batch_s"] = time.perf_counter() - t0
             out["batch_steps"] = res.q.shape[0] - 1
+            out["batch_iterations"] = res.stats.iterations
         except Exception as exc:  # report, do not fail
             out["batch_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
     out["peak_rss_mb"] = peak_rss_mb()
@@ -123,8 +129,11 @@ def within_budget(what: str, last: tuple | None, links: int, budget: float,
     return False
 
 
-def run_child(links: int, smoother: bool, batch: bool = True) -> dict:
+def run_child(links: int, smoother: bool, batch: bool = True,
+              link_length: float | None = None) -> dict:
     cmd = [sys.executable, __file__, "--child", str(links)]
+    if link_length is not None:
+        cmd += ["--link-length", repr(link_length)]
     if not smoother:
         cmd.append("--no-smoother")
     if not batch:
@@ -148,19 +157,26 @@ def main(argv=None):
     ap.add_argument("--batch-budget", type=float, default=60.0,
                     help="skip the batch run for chains predicted to take longer than this [s]")
     ap.add_argument("--no-batch", action="store_true", help="do not time the batch solver")
+    ap.add_argument("--link-length", type=float, default=None,
+                    help="links of this length [m] and mass [kg] each (default: a 1 m, 1 kg "
+                         "chain)")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(measure(args.child, not args.no_smoother, not args.no_batch)))
+        print(json.dumps(measure(args.child, not args.no_smoother, not args.no_batch,
+                                 args.link_length)))
         return
 
     sizes = [s for s in args.sizes if args.max_n is None or s <= args.max_n]
     print(f"Machine: {machine_info()}\n")
-    print("N-link pendulum chains (n = 2N coordinates, m = N constraints), one process per N; "
+    chain = ("1 m, 1 kg" if args.link_length is None
+             else f"links of {args.link_length:g} m and {args.link_length:g} kg")
+    print(f"N-link pendulum chains ({chain}; n = 2N coordinates, m = N constraints), one "
+          f"process per N; "
           f"kernel times are the fastest of {REPEAT} (forward dynamics: of 2); smoother: "
           f"window 2, dt = 1 ms: set-up (problem, steps 0 and 1) and the mean of "
           f"{SMOOTHER_STEPS} steps after it; batch: {BATCH_T:g} s at 1 ms after a 0.01 s "
-          f"warm-up.\n")
+          f"warm-up, with its Newton iterations in parentheses.\n")
     print("| N | n | m | load [s] | peak RSS after load [MB] | Φ [ms] | Φ_q [ms] | "
           "Σ λ_k Φ_qq,k [ms] | forward dynamics [ms] | smoother set-up [s] | smoother [ms/step] | "
           "batch [ms/step] | peak RSS [MB] |")
@@ -174,7 +190,7 @@ def main(argv=None):
         batch_timed = batch and within_budget("batch", last_batch, links, args.batch_budget,
                                               notes)
         batch = batch_timed
-        r = run_child(links, timed, batch_timed)
+        r = run_child(links, timed, batch_timed, args.link_length)
         if "error" in r:
             print(f"| {links} | {2 * links} | {links} | failed: {r['error']} | | | | | | | | | |",
                   flush=True)
@@ -192,7 +208,7 @@ def main(argv=None):
         else:
             sm = "skipped"
         if "batch_s" in r:
-            bt = f"{1e3 * r['batch_s'] / r['batch_steps']:.2f}"
+            bt = f"{1e3 * r['batch_s'] / r['batch_steps']:.2f} ({r['batch_iterations']})"
             last_batch = (links, r["batch_s"])
         elif "batch_error" in r:
             bt = "failed (see note)"
