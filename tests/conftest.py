@@ -42,6 +42,25 @@ motors:
 """
 """A motor-driven four-bar with joint friction (the identification tests' mechanism)."""
 
+def bent_chain_yaml(links: int, friction: bool = False) -> str:
+    """A ``links``-body pendulum chain hanging from fixed point 0 (bent, so that no row is
+    degenerate), with relative angles on the first body (one fixed point) and a middle one;
+    with ``friction``, viscous and Coulomb joint friction on three joints."""
+    pts = ["  - { x: 0, y: 0, fixed: true }"]
+    pts += [f"  - {{ x: {0.1 * k}, y: {-0.02 * k * k} }}" for k in range(1, links + 1)]
+    bodies = [f"  - {{ points: [{k}, {k + 1}], length: auto, mass: {1.0 + 0.01 * k}, "
+              f"I0: (1/3)*mass*length^2, cog: [0.5*length, 0.01] }}" for k in range(links)]
+    angles = [f"  - {{ type: RelativeAngleAbsoluteDOF, points: [{k}, {k + 1}] }}"
+              for k in (0, links // 2)]
+    lines = ["points:", *pts, "planar_bodies:", *bodies, "relative_coordinates:", *angles]
+    if friction:
+        lines += ["friction:",
+                  "  - {type: joint, bodies: [ground, 0], viscous: 0.3, coulomb: 0.2}",
+                  "  - {type: joint, bodies: [3, 4], viscous: 0.2}",
+                  f"  - {{type: joint, bodies: [{links - 2}, {links - 1}], viscous: 0.1}}"]
+    return "\n".join(lines) + "\n"
+
+
 # Mechanisms used by the parametrized Jacobian suites (issue 2 and 3).
 FD_MECHANISMS = ["fourbar", "fourbar-crank-angle", "pendulum2", "pendulum3", "slider-crank",
                  "quick-return", "pick-and-place-robot"]

@@ -3,7 +3,7 @@ on several mechanisms and random assembled states, through the one shared helper
 import numpy as np
 import pytest
 
-from conftest import FD_MECHANISMS, fd_states
+from conftest import FD_MECHANISMS, bent_chain_yaml, fd_states
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
 from mbfg.model import kinematics as K
@@ -95,19 +95,6 @@ def test_batched_kernels_match_single_state(states):
         np.testing.assert_allclose(batch.d_q[k], one.d_q, atol=1e-9)
 
 
-def _chain_yaml(links: int) -> str:
-    """A ``links``-body pendulum chain hanging from fixed point 0 (bent, so that no row is
-    degenerate), with relative angles on the first body (one fixed point) and a middle one."""
-    pts = ["  - { x: 0, y: 0, fixed: true }"]
-    pts += [f"  - {{ x: {0.1 * k}, y: {-0.02 * k * k} }}" for k in range(1, links + 1)]
-    bodies = [f"  - {{ points: [{k}, {k + 1}], length: auto, mass: {1.0 + 0.01 * k}, "
-              f"I0: (1/3)*mass*length^2, cog: [0.5*length, 0.01] }}" for k in range(links)]
-    angles = [f"  - {{ type: RelativeAngleAbsoluteDOF, points: [{k}, {k + 1}] }}"
-              for k in (0, links // 2)]
-    return "\n".join(["points:", *pts, "planar_bodies:", *bodies, "relative_coordinates:",
-                      *angles]) + "\n"
-
-
 def _arrays(obj):
     """Every ndarray held by the model: its attributes (cached ones included), in tuples too."""
     for value in vars(obj).values():
@@ -123,7 +110,7 @@ def test_chain_kernels_are_sparse_and_match_dense_references():
     import mbfg
 
     links = 50
-    mech = mbfg.mechanism_from_yaml(_chain_yaml(links))
+    mech = mbfg.mechanism_from_yaml(bent_chain_yaml(links))
     n, m = mech.n, mech.m
     assert (n, m, mech.m_quadratic) == (2 * links + 2, links + 2, links)
     assert ((mech.quad_coords >= 0).sum(axis=1) <= 4).all()
