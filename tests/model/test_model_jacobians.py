@@ -48,6 +48,9 @@ def test_constraint_kernels(states, name, i):
     check_jacobian(lambda x: C.acceleration_constraints(mech, x, qd, qdd), q,
                    C.acceleration_bias_jacobian(mech, q, qd) + C.hessian_times(mech, q, qdd),
                    name="acceleration constraints _q")
+    check_jacobian(lambda x: C.acceleration_constraints(mech, x, qd, qdd), q,
+                   C.acceleration_constraints_jacobian(mech, q, qd, qdd),
+                   name="acceleration constraints _q (one kernel)")
 
 
 @pytest.mark.parametrize("name,i", CASES)

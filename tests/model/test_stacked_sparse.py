@@ -43,6 +43,8 @@ def test_sparse_kernels_equal_dense_ones(name, mech):
         (C.acceleration_bias_jacobian(mech, q, v, sparse=True),
          C.acceleration_bias_jacobian(mech, q, v)),
         (C.hessian_weighted_sum(mech, q, lam, sparse=True), C.hessian_weighted_sum(mech, q, lam)),
+        (C.acceleration_constraints_jacobian(mech, q, v, a, J, sparse=True),
+         C.acceleration_bias_jacobian(mech, q, v) + C.hessian_times(mech, q, a)),
     ]
     for S, dense in pairs:
         assert S.pattern.unique  # (the dense kernels assign, not add, on it)

@@ -129,8 +129,7 @@ def acceleration_constraints_residual(mech: Mechanism) -> Callable:
         e = _times(Jdot, v) + _times(J, a)
         if not jacobians:
             return e, None
-        d_q = (C.acceleration_bias_jacobian(mech, q, v, J, sparse=sparse)
-               + C.hessian_times(mech, q, a, sparse=sparse))
+        d_q = C.acceleration_constraints_jacobian(mech, q, v, a, J, sparse=sparse)
         return e, _jacobians(p, jacobians, {"q": (1.0, d_q), "v": (2.0, Jdot), "a": (1.0, J)})
     return f
 
@@ -180,7 +179,8 @@ def dynamics_residual(
                                      Jdot=_phi_q_dot(mech, p))
             return sel(qdd) - acc, None
         dyn = D.forward_dynamics_jacobians(mech, q, v, Q, baumgarte=baumgarte,
-                                           J=_phi_q(mech, p), Jdot=_phi_q_dot(mech, p))
+                                           J=_phi_q(mech, p), Jdot=_phi_q_dot(mech, p),
+                                           force_jacobian=bool(force_slot))
         e = sel(dyn.qdd) - acc
         k = e.shape[1]
         J = {"q": sel(dyn.d_q), "v": sel(dyn.d_qd),

@@ -146,6 +146,22 @@ def _angle_w(mech, s, c):
     return D[:, 0] * c[..., None] + D[:, 1] * s[..., None]
 
 
+def _hessian_times_values(mech, q2, v2, angles=None):
+    """Phi_qq(q) v of T states on ``mech._jacobian_pattern``: (T, nnz)."""
+    parts = []
+    if mech.m_quadratic:
+        parts.append(_quad_Hu(mech, _local(mech.quad_coords, v2))[:, mech._quad_slots[0]])
+    if mech.angle_coords.size:
+        dx, dy, s, c = _angle_terms(mech, q2) if angles is None else angles
+        w = _angle_w(mech, s, c)
+        phi = dx * s - dy * c
+        vth = v2[:, mech.angle_coords]
+        wv = np.einsum("tai,tai->ta", w, _local(mech.angle_d_coords, v2))
+        parts.append((w * vth[..., None])[:, mech._angle_slots[0]])
+        parts.append(wv - phi * vth)
+    return np.concatenate(parts, axis=1) if parts else np.zeros((q2.shape[0], 0))
+
+
 def hessian_times(
     mech: Mechanism, q: ArrayLike, v: ArrayLike, sparse: bool = False
 ) -> np.ndarray | StackedSparse:
@@ -155,19 +171,8 @@ def hessian_times(
     Equals d(Phi_q v)/dq for a constant v; with v = qdot it is dPhi_q/dt (Eq. 40a)."""
     q2, lead = _flat(mech, q)
     v2 = np.broadcast_to(np.asarray(v, dtype=float), np.shape(q)).reshape(-1, mech.n)
-    parts = []
-    if mech.m_quadratic:
-        parts.append(_quad_Hu(mech, _local(mech.quad_coords, v2))[:, mech._quad_slots[0]])
-    if mech.angle_coords.size:
-        dx, dy, s, c = _angle_terms(mech, q2)
-        w = _angle_w(mech, s, c)
-        phi = dx * s - dy * c
-        vth = v2[:, mech.angle_coords]
-        wv = np.einsum("tai,tai->ta", w, _local(mech.angle_d_coords, v2))
-        parts.append((w * vth[..., None])[:, mech._angle_slots[0]])
-        parts.append(wv - phi * vth)
-    values = np.concatenate(parts, axis=1) if parts else np.zeros((q2.shape[0], 0))
-    return _on_pattern(mech, values, lead, mech._jacobian_pattern, sparse)
+    return _on_pattern(mech, _hessian_times_values(mech, q2, v2), lead, mech._jacobian_pattern,
+                       sparse)
 
 
 def constraint_jacobian_dot(mech: Mechanism, q: ArrayLike, qd: ArrayLike,
@@ -233,21 +238,14 @@ def acceleration_bias(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarra
     return hessian_times(mech, q2, qd2, sparse=True).matvec(qd2).reshape(lead + (mech.m,))
 
 
-def acceleration_bias_jacobian(
-    mech: Mechanism, q: ArrayLike, qd: ArrayLike, J: ArrayLike | None = None,
-    sparse: bool = False
-) -> np.ndarray | StackedSparse:
-    """d(dPhi_q/dt qdot)/dq, shape (..., m, n) (``sparse``: as in
-    :func:`constraint_jacobian`).  Zero for the quadratic rows.
-
-    ``J``: Phi_q(q) of the same states (dense, or a StackedSparse), if already computed."""
-    q2, lead = _flat(mech, q)
-    qd2 = np.broadcast_to(np.asarray(qd, dtype=float), np.shape(q)).reshape(-1, mech.n)
+def _bias_jacobian_values(mech, q2, qd2, J, angles=None):
+    """d(dPhi_q/dt qdot)/dq of T states on ``mech._jacobian_pattern``: (T, nnz); ``J``
+    Phi_q of the states (dense or StackedSparse) or None."""
     T = q2.shape[0]
     nq = mech._quad_slots[1].size
     parts = [np.zeros((T, nq))]
     if mech.angle_coords.size:
-        angles = _angle_terms(mech, q2)
+        angles = _angle_terms(mech, q2) if angles is None else angles
         _, _, s, c = angles
         dd = np.einsum("aij,taj->tai", mech.angle_D, _local(mech.angle_d_coords, qd2))
         thd = qd2[:, mech.angle_coords]
@@ -263,7 +261,37 @@ def acceleration_bias_jacobian(
         thd2 = (thd ** 2)[:, mech._angle_slots[1] - mech.m_quadratic]
         parts.append(-thd2 * Ja[:, :na])
         parts.append(-(thd ** 2) * Ja[:, na:] + 2.0 * thd * (-s * dd[..., 0] + c * dd[..., 1]))
-    return _on_pattern(mech, np.concatenate(parts, axis=1), lead, mech._jacobian_pattern, sparse)
+    return np.concatenate(parts, axis=1)
+
+
+def acceleration_bias_jacobian(
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, J: ArrayLike | None = None,
+    sparse: bool = False
+) -> np.ndarray | StackedSparse:
+    """d(dPhi_q/dt qdot)/dq, shape (..., m, n) (``sparse``: as in
+    :func:`constraint_jacobian`).  Zero for the quadratic rows.
+
+    ``J``: Phi_q(q) of the same states (dense, or a StackedSparse), if already computed."""
+    q2, lead = _flat(mech, q)
+    qd2 = np.broadcast_to(np.asarray(qd, dtype=float), np.shape(q)).reshape(-1, mech.n)
+    return _on_pattern(mech, _bias_jacobian_values(mech, q2, qd2, J), lead,
+                       mech._jacobian_pattern, sparse)
+
+
+def acceleration_constraints_jacobian(
+    mech: Mechanism, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike, J: ArrayLike | None = None,
+    sparse: bool = False
+) -> np.ndarray | StackedSparse:
+    """d(dPhi_q/dt qdot + Phi_q qddot)/dq = :func:`acceleration_bias_jacobian` +
+    :func:`hessian_times` (q, qddot), shape (..., m, n), with the angle terms evaluated once
+    (the same sums).  ``J`` and ``sparse`` as in :func:`acceleration_bias_jacobian`."""
+    q2, lead = _flat(mech, q)
+    qd2 = np.broadcast_to(np.asarray(qd, dtype=float), np.shape(q)).reshape(-1, mech.n)
+    qdd2 = np.broadcast_to(np.asarray(qdd, dtype=float), np.shape(q)).reshape(-1, mech.n)
+    angles = _angle_terms(mech, q2) if mech.angle_coords.size else None
+    values = (_bias_jacobian_values(mech, q2, qd2, J, angles)
+              + _hessian_times_values(mech, q2, qdd2, angles))
+    return _on_pattern(mech, values, lead, mech._jacobian_pattern, sparse)
 
 
 def acceleration_constraints(
@@ -460,6 +488,6 @@ __all__ = [
     "position_constraints", "constraint_jacobian", "hessian_times", "constraint_jacobian_dot",
     "constraint_hessian", "hessian_weighted_sum", "velocity_constraints", "acceleration_bias",
     "acceleration_bias_jacobian", "acceleration_constraints", "independent_rows", "take_rows",
-    "solve_jacobian",
+    "solve_jacobian", "acceleration_constraints_jacobian",
     "StateConstraints"
 ]

@@ -206,12 +206,14 @@ def forward_dynamics_jacobians(
     baumgarte: Baumgarte | None = None,
     J: ArrayLike | None = None,
     Jdot: ArrayLike | None = None,
+    force_jacobian: bool = True,
 ) -> DynamicsJacobians:
     """qddot and its exact Jacobians d qddot/dq, d qddot/dqdot, d qddot/dQ (Eqs. 26d, 28d-g).
 
     Vectorized over leading axes of q, qd, Q.  ``J`` = Phi_q(q) and ``Jdot`` = dPhi_q/dt(q, qd)
     may be passed when the caller already has them (factor graphs evaluate them for the
-    constraint factors of the same step)."""
+    constraint factors of the same step).  Without ``force_jacobian``, d_Q is None (one
+    solve with 2n instead of 3n right-hand sides)."""
     q = np.asarray(q, float)
     qd = np.asarray(qd, float)
     n = mech.n
@@ -232,8 +234,8 @@ def forward_dynamics_jacobians(
     lam = _scatter_multipliers(mech, rows, lam_r)
     Rq = np.zeros(lead + (n + mr, n))
     Rq[..., :n, :] = -C.hessian_weighted_sum(mech, q, lam)
-    Rq[..., n:, :] = -C.take_rows(C.acceleration_bias_jacobian(mech, q, qd, Jall)
-                                  + C.hessian_times(mech, q, qdd), rows, 1)
+    Rq[..., n:, :] = -C.take_rows(C.acceleration_constraints_jacobian(mech, q, qd, qdd, Jall),
+                                  rows, 1)
     Rqd = np.zeros(lead + (n + mr, n))
     Rqd[..., n:, :] = -2.0 * Jdot
     if mech.friction_elements:
@@ -243,11 +245,14 @@ def forward_dynamics_jacobians(
         z, w = baumgarte.zeta, baumgarte.omega
         Rq[..., n:, :] += -2.0 * z * w * Jdot - w * w * J
         Rqd[..., n:, :] += -2.0 * z * w * J
-    RQ = np.zeros(lead + (n + mr, n))
-    RQ[..., :n, :] = np.eye(n)
-    X = np.linalg.solve(K, np.concatenate([Rq, Rqd, RQ], axis=-1))
+    parts = [Rq, Rqd]
+    if force_jacobian:
+        RQ = np.zeros(lead + (n + mr, n))
+        RQ[..., :n, :] = np.eye(n)
+        parts.append(RQ)
+    X = np.linalg.solve(K, np.concatenate(parts, axis=-1))
     return DynamicsJacobians(qdd=qdd, lam=lam, d_q=X[..., :n, :n], d_qd=X[..., :n, n:2 * n],
-                             d_Q=X[..., :n, 2 * n:])
+                             d_Q=X[..., :n, 2 * n:] if force_jacobian else None)
 
 
 @dataclass(frozen=True)

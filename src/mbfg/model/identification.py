@@ -683,8 +683,8 @@ def dynamics_rows(mech: Mechanism, q: ArrayLike, qd: ArrayLike, Q: ArrayLike | N
     np.put_along_axis(lam, np.broadcast_to(rows, (T, mr)), sol[:, n:], axis=-1)
     R = np.zeros((T, n + mr, 2 * n))
     R[:, :n, :n] = friction.d_q - C.hessian_weighted_sum(mech, q, lam)
-    R[:, n:, :n] = -C.take_rows(C.acceleration_bias_jacobian(mech, q, qd, Jall)
-                                + C.hessian_times(mech, q, qdd), rows, 1)
+    R[:, n:, :n] = -C.take_rows(C.acceleration_constraints_jacobian(mech, q, qd, qdd, Jall),
+                                rows, 1)
     R[:, :n, n:] = friction.d_qd
     R[:, n:, n:] = -2.0 * Jdot_r
     top = Ki[:, :n, :]
