@@ -237,3 +237,27 @@ def test_independent_coordinates_are_judged_over_the_whole_window():
     worst = coordinate_quality(mech, FIVE_BAR_WINDOW, (0, 2), c).min()
     assert q_best == pytest.approx(worst) and q_current == pytest.approx(worst)
     assert coordinate_quality(mech, FIVE_BAR_WINDOW, (2, 6), c).min() < 0.5 * worst
+
+
+def test_a_step_that_predicts_no_decrease_is_not_taken_as_converged(monkeypatch):
+    """Simulation windows are square: a Gauss-Newton update whose linear model predicts no
+    decrease (here: a broken linear solve, simulated by a bad update and a negative predicted
+    decrease) must not end the loop as converged; the smoother goes on (damped fallback) and
+    reaches the same motion.  (It used to accept it: the window then kept the bad update.)"""
+    mech = load("fourbar")
+    reference = simulate_smoother(mech, 0.05, 1e-3)
+    original = FixedLagSmoother._newton_step
+    calls = {"n": 0}
+
+    def failing_once(self, lin, keys, terms, W, err):
+        calls["n"] += 1
+        D, predicted = original(self, lin, keys, terms, W, err)
+        if calls["n"] == 20:  # mid-run, on a window whose error is well above its floor
+            bad = np.where(np.isfinite(self.step_scale), 1e-2 * self.step_scale, 0.0)
+            return D + bad, -err  # a bad update, far from converged
+        return D, predicted
+
+    monkeypatch.setattr(FixedLagSmoother, "_newton_step", failing_once)
+    res = simulate_smoother(mech, 0.05, 1e-3)
+    assert calls["n"] > 20
+    np.testing.assert_allclose(res.q, reference.q, rtol=0, atol=1e-12)
