@@ -111,3 +111,29 @@ def test_products_against_dense(size):
         S.row_norms()  # (repeated positions)
     keep = np.array([0, 2, c - 1])
     np.testing.assert_array_equal(S.columns(keep).toarray(), A[:, :, keep])
+
+
+def test_edge_cases_of_the_routed_functions():
+    """Shapes the sparse routing must keep: an empty batch, scalar coordinate scales, and
+    the sparse equations of motion with friction over two leading axes."""
+    from conftest import MOTOR_FOURBAR, bent_chain_yaml
+    from mbfg.model.scales import constraint_scales
+
+    for mech in (fd_states("fourbar")[0], mbfg.mechanism_from_yaml(bent_chain_yaml(130))):
+        n = mech.n
+        assert D.forward_dynamics(mech, np.zeros((0, n)), np.zeros((0, n))).shape == (0, n)
+        np.testing.assert_allclose(constraint_scales(mech, mech.q0, 1.0),
+                                   constraint_scales(mech, mech.q0, np.ones(n)), rtol=0)
+    mech = mbfg.mechanism_from_yaml(MOTOR_FOURBAR)
+    rng = np.random.default_rng(10)
+    q = mech.q0 + 1e-2 * rng.normal(size=(2, 3, mech.n))
+    v, a = rng.normal(size=q.shape), rng.normal(size=q.shape)
+    lam = rng.normal(size=(2, 3, mech.m))
+    dense = D.equations_of_motion(mech, q, v, a, lam)
+    flat = lambda x: x.reshape((-1,) + x.shape[-1:])
+    sparse = D.equations_of_motion(mech, flat(q), flat(v), flat(a), flat(lam),
+                                   J=C.constraint_jacobian(mech, flat(q), True), sparse=True)
+    for key in ("d_q", "d_v"):
+        np.testing.assert_allclose(np.asarray(getattr(sparse, key)),
+                                   getattr(dense, key).reshape(6, mech.n, mech.n), rtol=0,
+                                   atol=1e-12, err_msg=key)

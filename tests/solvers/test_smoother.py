@@ -261,3 +261,16 @@ def test_a_step_that_predicts_no_decrease_is_not_taken_as_converged(monkeypatch)
     res = simulate_smoother(mech, 0.05, 1e-3)
     assert calls["n"] > 20
     np.testing.assert_allclose(res.q, reference.q, rtol=0, atol=1e-12)
+
+
+def test_a_least_squares_window_with_a_step_tolerance_still_converges():
+    """Without step scales (an estimation problem) the step test cannot decide, so a given
+    step_tolerance must not turn off the decrease test."""
+    from mbfg.graphs.estimation import LeastSquaresProblem, LeastSquaresSettings
+
+    mech = load("fourbar")
+    problem = LeastSquaresProblem(mech, LeastSquaresSettings(dt=1e-3))
+    sm = FixedLagSmoother(problem, 3, step_tolerance=1e-12)
+    sm.initialize(mech.q0, np.zeros(mech.n))
+    sm.run(5)
+    assert sm.W.shape[0] == 3

@@ -303,9 +303,10 @@ def acceleration_constraints(
 
 SPARSE_KERNELS_MIN = 64
 """Mechanisms with n + m at least this evaluate the factor graphs' constraint Jacobians as
-StackedSparse (values on the rows' own coordinates); smaller ones densely, which takes fewer
-array operations there (a performance threshold: a 20-link chain, n + m = 60, is as fast
-either way)."""
+StackedSparse (values on the rows' own coordinates), and :func:`velocity_constraints` and
+:func:`acceleration_bias` as sparse products; smaller ones densely, which takes fewer array
+operations there (a performance threshold: a 20-link chain, n + m = 60, is as fast either
+way)."""
 
 DENSE_STATE_ENTRIES = 4096
 """Mechanisms without angle rows whose constraint Hessian has at most this many entries

@@ -136,7 +136,8 @@ def forward_dynamics(
     if isinstance(J, StackedSparse):  # flattened states
         f = np.broadcast_to(f, lead + (mech.n,)).reshape(-1, mech.n)
         c = np.broadcast_to(c, lead + c.shape[-1:]).reshape(-1, c.shape[-1])
-    sol = solve_kkt(mech.mass_matrix(), J, f, c).reshape(lead + (-1,))
+    sol = solve_kkt(mech.mass_matrix(), J, f, c)
+    sol = sol.reshape(lead + sol.shape[-1:])
     qdd = sol[..., :mech.n]
     if not return_multipliers:
         return qdd
@@ -327,7 +328,8 @@ def equations_of_motion(
         d_q = C.hessian_weighted_sum(mech, q, lam, sparse=True)
         d_v = stacked_sparse.empty(d_q.values.shape[0], (mech.n, mech.n))
         if dQf_dq is not None:  # friction: dense (few mechanisms of many bodies have it)
-            d_q, d_v = d_q.toarray() - dQf_dq, -dQf_dqd
+            n = mech.n
+            d_q, d_v = d_q.toarray() - dQf_dq.reshape(-1, n, n), -dQf_dqd.reshape(-1, n, n)
         return EquationsOfMotion(e, d_q, d_v, StackedSparse(values, pattern), J.T)
     M = mech.mass_matrix()
     Jd = J.toarray().reshape(q.shape[:-1] + J.shape[1:]) if isinstance(J, StackedSparse) else J

@@ -70,7 +70,8 @@ def constraint_scales(
     Phi_i / scale_i is a distance to the manifold relative to the coordinates' scales
     (default :func:`coordinate_scales`).  A row whose gradient vanishes (a singular
     configuration) gets the largest row's scale."""
-    c = coordinate_scales(mech) if coordinates is None else np.asarray(coordinates, float)
+    c = coordinate_scales(mech) if coordinates is None else np.broadcast_to(
+        np.asarray(coordinates, float), (mech.n,))
     q = np.asarray(q, float)
     rows = C.constraint_jacobian(mech, q.reshape(-1, mech.n), sparse=True).row_norms(c)
     rows = rows.reshape(q.shape[:-1] + (mech.m,))

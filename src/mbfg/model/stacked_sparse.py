@@ -155,6 +155,9 @@ class StackedSparse:
         return StackedSparse(self.values, self.pattern.transposed)
 
     def __add__(self, other: "StackedSparse") -> "StackedSparse":
+        if other.pattern.shape != self.pattern.shape:
+            raise ValueError(f"cannot add stacks of {self.pattern.shape} and "
+                             f"{other.pattern.shape} matrices")
         if other.pattern is self.pattern:
             return StackedSparse(self.values + other.values, self.pattern)
         T = max(self.values.shape[0], other.values.shape[0])
@@ -170,9 +173,6 @@ class StackedSparse:
         return StackedSparse(self.values * factor, self.pattern)
 
     __rmul__ = __mul__
-
-    def __neg__(self) -> "StackedSparse":
-        return StackedSparse(-self.values, self.pattern)
 
 
 @lru_cache(maxsize=64)

@@ -379,15 +379,16 @@ class FixedLagSmoother:
         return Ri @ Ri.T
 
     def _converged(self, D, predicted, err) -> bool:
-        """Whether W + D ends the Gauss-Newton loop.  Square problems (``step_tolerance``
-        given: simulation) stop only when the update passes :func:`step_converged` (or the
-        error reaches its floor): a linear model that predicts no decrease of a square
-        system's error is a stall (a singular or diverged linearization), not an optimum, so
-        the loop goes on to its damped fallback, and to an error if that fails too, as the
-        batch solver does (:func:`mbfg.solvers.batch.optimize`)."""
+        """Whether W + D ends the Gauss-Newton loop.  Square problems (``step_tolerance`` and
+        ``step_scale`` given: simulation) stop only when the update passes
+        :func:`step_converged` (or the error reaches its floor): a linear model that predicts
+        no decrease of a square system's error is a stall (a singular or diverged
+        linearization), not an optimum, as in the batch solver
+        (:func:`mbfg.solvers.batch.optimize`).  The loop goes on: to the damped fallback if
+        the error rises, else to its iteration limit and a ConvergenceError."""
         if step_converged(D, self.step_scale, self.step_tolerance):
             return True
-        if self.step_tolerance is not None:
+        if self.step_tolerance is not None and self.step_scale is not None:
             return False
         return predicted <= self.relative_tolerance * err or predicted <= self.absolute_tolerance
 
