@@ -66,8 +66,6 @@ def test_model_functions_agree_on_both_paths(chain, monkeypatch):
     results = []
     for limit in (10 ** 9, 0):
         monkeypatch.setattr(kkt, "KKT_SPARSE_MIN", limit)
-        monkeypatch.setattr(D, "KKT_SPARSE_MIN", limit)
-        monkeypatch.setattr(K, "KKT_SPARSE_MIN", limit)
         qdd, lam = D.forward_dynamics(chain, q, v, return_multipliers=True)
         one = D.StateDynamics(chain)(q[0], v[0])
         results.append((qdd, lam, one, K.solve_positions_batch(chain, q_off)[0],

@@ -17,7 +17,7 @@ import numpy as np
 
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
-from mbfg.model.stacked_sparse import StackedSparse
+from mbfg.model.stacked_sparse import StackedSparse, times
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,12 +36,6 @@ def _slots(*names):
     return deco
 
 
-def _sparse(mech) -> bool:
-    """Whether this mechanism's constraint Jacobians are evaluated sparse
-    (:data:`mbfg.model.constraints.SPARSE_KERNELS_MIN`)."""
-    return mech.n + mech.m >= C.SPARSE_KERNELS_MIN
-
-
 def _dense(p, S):
     """The dense (T, r, c) form of the StackedSparse ``S`` of this evaluation, converted once
     per evaluation (the families of a step share ``p``)."""
@@ -52,28 +46,28 @@ def _dense(p, S):
     return hit[1]
 
 
-def _phi_q(mech, p, own=False):
-    """Phi_q(q) of the slot dict ``p``, computed once per evaluation and shared by the
-    families of the same step (a StackedTerm evaluates several on one dict).  Dense (T, m, n),
-    or with ``own`` the form the mechanism's kernels use (:func:`_sparse`)."""
-    J = p.get("_Phi_q")
+def _cached(mech, p, key, kernel, own):
+    """``kernel(mech, p, sparse)`` of the slot dict ``p``, computed once per evaluation and
+    shared by the families of the same step (a StackedTerm evaluates several on one dict).
+    Dense (T, r, c), or with ``own`` the form the mechanism's kernels use
+    (:func:`mbfg.model.constraints.sparse_kernels`)."""
+    J = p.get(key)
     if J is None:
-        J = p["_Phi_q"] = C.constraint_jacobian(mech, p["q"], sparse=_sparse(mech))
+        J = p[key] = kernel(mech, p, C.sparse_kernels(mech))
     return J if own or not isinstance(J, StackedSparse) else _dense(p, J)
+
+
+def _phi_q(mech, p, own=False):
+    """Phi_q(q) of the slot dict ``p`` (see :func:`_cached`)."""
+    return _cached(mech, p, "_Phi_q",
+                   lambda m, p, sparse: C.constraint_jacobian(m, p["q"], sparse), own)
 
 
 def _phi_q_dot(mech, p, own=False):
-    """dPhi_q/dt(q, v) of the slot dict ``p``, cached like :func:`_phi_q`."""
-    J = p.get("_Phi_q_dot")
-    if J is None:
-        J = p["_Phi_q_dot"] = C.constraint_jacobian_dot(mech, p["q"], p["v"],
-                                                        sparse=_sparse(mech))
-    return J if own or not isinstance(J, StackedSparse) else _dense(p, J)
-
-
-def _times(A, x):
-    """A x for a stack A (T, r, c), dense or StackedSparse, and x (T, c)."""
-    return A.matvec(x) if isinstance(A, StackedSparse) else np.einsum("tkn,tn->tk", A, x)
+    """dPhi_q/dt(q, v) of the slot dict ``p`` (see :func:`_cached`)."""
+    return _cached(mech, p, "_Phi_q_dot",
+                   lambda m, p, sparse: C.constraint_jacobian_dot(m, p["q"], p["v"], sparse),
+                   own)
 
 
 def _jacobians(p, jacobians, blocks):
@@ -109,7 +103,7 @@ def velocity_constraints_residual(mech: Mechanism) -> Callable:
     @_slots("q", "v")
     def f(p, jacobians=True):
         J = _phi_q(mech, p, True)
-        e = _times(J, p["v"])
+        e = times(J, p["v"])
         if not jacobians:
             return e, None
         return e, _jacobians(p, jacobians, {"q": (1.0, _phi_q_dot(mech, p, True)),
@@ -119,14 +113,14 @@ def velocity_constraints_residual(mech: Mechanism) -> Callable:
 
 def acceleration_constraints_residual(mech: Mechanism) -> Callable:
     """f_ac^d: e = dPhi_q/dt v + Phi_q a (the nonlinear rows of Eq. 32)."""
-    sparse = _sparse(mech)
+    sparse = C.sparse_kernels(mech)
 
     @_slots("q", "v", "a")
     def f(p, jacobians=True):
         q, v, a = p["q"], p["v"], p["a"]
         J = _phi_q(mech, p, True)
         Jdot = _phi_q_dot(mech, p, True)
-        e = _times(Jdot, v) + _times(J, a)
+        e = times(Jdot, v) + times(J, a)
         if not jacobians:
             return e, None
         d_q = C.acceleration_constraints_jacobian(mech, q, v, a, J, sparse=sparse)
@@ -207,14 +201,7 @@ def equations_of_motion_residual(
                                     J=J, jacobians=bool(jacobians), sparse=sparse)
         if not jacobians:
             return eom.e, None
-        if not sparse:
-            return eom.e, {"q": eom.d_q, "v": eom.d_v, "a": eom.d_a, multiplier_slot: eom.d_lam}
-        T = eom.e.shape[0]
-        return eom.e, {"q": eom.d_q, "v": eom.d_v,
-                       "a": StackedSparse(np.broadcast_to(eom.d_a.values,
-                                                          (T, eom.d_a.pattern.nnz)),
-                                          eom.d_a.pattern),
-                       multiplier_slot: eom.d_lam}
+        return eom.e, {"q": eom.d_q, "v": eom.d_v, "a": eom.d_a, multiplier_slot: eom.d_lam}
     return f
 
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.model.kkt import uses_sparse
-from mbfg.model.stacked_sparse import StackedSparse
+from mbfg.model.stacked_sparse import StackedSparse, times
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -222,20 +222,24 @@ def hessian_weighted_sum(mech: Mechanism, q: ArrayLike, lam: ArrayLike,
                        sparse)
 
 
+def sparse_kernels(mech: Mechanism) -> bool:
+    """Whether the factor graphs and the products below use the kernels' StackedSparse form
+    for this mechanism (:data:`SPARSE_KERNELS_MIN`)."""
+    return mech.n + mech.m >= SPARSE_KERNELS_MIN
+
+
 def velocity_constraints(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """Phi_q(q) qdot, Eq. (25a).  Shape (..., m)."""
-    if mech.n + mech.m < SPARSE_KERNELS_MIN:
-        return np.einsum("...kn,...n->...k", constraint_jacobian(mech, q), qd)
     q2, qd2, lead = _pair(mech, q, qd)
-    return constraint_jacobian(mech, q2, sparse=True).matvec(qd2).reshape(lead + (mech.m,))
+    J = constraint_jacobian(mech, q2, sparse=sparse_kernels(mech))
+    return times(J, qd2).reshape(lead + (mech.m,))
 
 
 def acceleration_bias(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """dPhi_q/dt qdot = qdot^T Phi_qq qdot; the acceleration right-hand side is c = -this (Eq. 3)."""
-    if mech.n + mech.m < SPARSE_KERNELS_MIN:
-        return np.einsum("...kn,...n->...k", hessian_times(mech, q, qd), qd)
     q2, qd2, lead = _pair(mech, q, qd)
-    return hessian_times(mech, q2, qd2, sparse=True).matvec(qd2).reshape(lead + (mech.m,))
+    Jdot = hessian_times(mech, q2, qd2, sparse=sparse_kernels(mech))
+    return times(Jdot, qd2).reshape(lead + (mech.m,))
 
 
 def _bias_jacobian_values(mech, q2, qd2, J, angles=None):
@@ -457,14 +461,19 @@ def independent_rows(mech: Mechanism, q: ArrayLike, J: ArrayLike | None = None) 
     return flat.reshape(q.shape[:-1] + (r,))
 
 
+def sparse_solves(mech: Mechanism) -> bool:
+    """Whether the saddle-point solves of :mod:`mbfg.model.kkt` take Phi_q as a
+    StackedSparse: large enough for them to be sparse (:func:`mbfg.model.kkt.uses_sparse`),
+    and no redundant rows (whose choice per state needs the dense Phi_q)."""
+    return mech.independent_rows.size == mech.m and uses_sparse(mech.n, mech.m)
+
+
 def solve_jacobian(mech: Mechanism, q: ArrayLike, Jall: ArrayLike | None = None) -> tuple:
     """``(rows, J)``: the independent rows (:func:`independent_rows`) and their Jacobian, for
     the saddle-point solves of :mod:`mbfg.model.kkt`.  J is a StackedSparse of the flattened
-    states when those solves are sparse (:func:`mbfg.model.kkt.uses_sparse`) and the
-    mechanism has no redundant rows, so that nothing of size (m, n) is formed; otherwise the
-    dense (..., r, n).  ``Jall``: Phi_q(q) of every row, dense, if already computed."""
-    if (Jall is None and mech.independent_rows.size == mech.m
-            and uses_sparse(mech.n, mech.m)):
+    states where :func:`sparse_solves`, so that nothing of size (m, n) is formed; otherwise
+    the dense (..., r, n).  ``Jall``: Phi_q(q) of every row, dense, if already computed."""
+    if Jall is None and sparse_solves(mech):
         return np.asarray(mech.independent_rows), constraint_jacobian(mech, q, sparse=True)
     Jall = constraint_jacobian(mech, q) if Jall is None else Jall
     rows = independent_rows(mech, q, Jall)
@@ -489,6 +498,6 @@ __all__ = [
     "position_constraints", "constraint_jacobian", "hessian_times", "constraint_jacobian_dot",
     "constraint_hessian", "hessian_weighted_sum", "velocity_constraints", "acceleration_bias",
     "acceleration_bias_jacobian", "acceleration_constraints", "independent_rows", "take_rows",
-    "solve_jacobian", "acceleration_constraints_jacobian",
+    "solve_jacobian", "acceleration_constraints_jacobian", "sparse_kernels", "sparse_solves",
     "StateConstraints"
 ]

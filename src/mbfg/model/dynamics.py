@@ -33,7 +33,7 @@ import numpy as np
 from mbfg.model import constraints as C
 from mbfg.model import stacked_sparse
 from mbfg.model.stacked_sparse import StackedSparse
-from mbfg.model.kkt import KKT_SPARSE_MIN, kkt_matrix, solve_kkt, uses_sparse
+from mbfg.model.kkt import kkt_matrix, solve_kkt, uses_sparse
 from mbfg.model.kinematics import selection_matrix, velocity_sensitivity, velocity_transform
 from mbfg.model.nonconservative import friction_force_jacobians, friction_forces
 
@@ -162,7 +162,7 @@ class StateDynamics:
         n, m = mech.n, mech.m
         self.constraints = C.StateConstraints(mech)
         # redundant rows (chosen per state), or large enough for the sparse KKT solve
-        self.general = mech.independent_rows.size < m or n + m >= KKT_SPARSE_MIN
+        self.general = mech.independent_rows.size < m or uses_sparse(n, m)
         self.friction = bool(mech.friction_elements)
         self._K = np.zeros((n + m, n + m))
         self._K[:n, :n] = mech.mass_matrix()
@@ -330,7 +330,10 @@ def equations_of_motion(
         if dQf_dq is not None:  # friction: dense (few mechanisms of many bodies have it)
             n = mech.n
             d_q, d_v = d_q.toarray() - dQf_dq.reshape(-1, n, n), -dQf_dqd.reshape(-1, n, n)
-        return EquationsOfMotion(e, d_q, d_v, StackedSparse(values, pattern), J.T)
+        T = J.values.shape[0]
+        return EquationsOfMotion(e, d_q, d_v,
+                                 StackedSparse(np.broadcast_to(values, (T, pattern.nnz)), pattern),
+                                 J.T)
     M = mech.mass_matrix()
     Jd = J.toarray().reshape(q.shape[:-1] + J.shape[1:]) if isinstance(J, StackedSparse) else J
     d_q = C.hessian_weighted_sum(mech, q, lam)
@@ -353,7 +356,7 @@ def multipliers(
     rows = np.asarray(mech.independent_rows)
     rhs = -equations_of_motion(mech, q, qd, qdd, np.zeros(q.shape[:-1] + (mech.m,)), Q,
                                jacobians=False).e
-    if rows.size == mech.m and uses_sparse(mech.n, mech.m):
+    if C.sparse_solves(mech):
         # J J^T lam = J rhs as [[I, J^T], [J, 0]] [x; lam] = [rhs; 0], sparse
         n = mech.n
         Jr = C.constraint_jacobian(mech, np.broadcast_to(q, rhs.shape).reshape(-1, n),

@@ -15,8 +15,8 @@ import scipy.linalg
 
 from mbfg.errors import ConvergenceError, SolverError
 from mbfg.model import constraints as C
-from mbfg.model.kkt import KKT_SPARSE_MIN, minimum_norm, uses_sparse
-from mbfg.model.stacked_sparse import StackedSparse
+from mbfg.model.kkt import minimum_norm, uses_sparse
+from mbfg.model.stacked_sparse import StackedSparse, times
 from mbfg.model.scales import constraint_scales, coordinate_scales
 
 if TYPE_CHECKING:
@@ -317,9 +317,7 @@ def _clearly_full_row_rank(mech, q, c) -> bool:
     import scipy.sparse
     import scipy.sparse.linalg
 
-    S = C.constraint_jacobian(mech, q[None], sparse=True)
-    p = S.pattern
-    J = scipy.sparse.csr_matrix((S.values[0] * c[p.cols], (p.rows, p.cols)), p.shape)
+    J = C.constraint_jacobian(mech, q[None], sparse=True).matrix(0, c)
     G = (J @ J.T).tocsc()
     try:
         with np.errstate(all="ignore"):
@@ -480,7 +478,7 @@ def _minimum_norm_step(J, rhs):
     try:
         if J.shape[-2] == J.shape[-1]:
             return np.linalg.solve(J, rhs[..., None])[..., 0]
-        if sum(J.shape[-2:]) >= KKT_SPARSE_MIN:
+        if uses_sparse(J.shape[-1], J.shape[-2]):
             return minimum_norm(J, rhs)
         Jt = np.swapaxes(J, -1, -2)
         return (Jt @ np.linalg.solve(J @ Jt, rhs[..., None]))[..., 0]
@@ -493,11 +491,11 @@ def project_velocities_batch(mech: Mechanism, q: ArrayLike, v: ArrayLike) -> np.
     q = np.asarray(q, float)
     v = np.asarray(v, float)
     _, J = C.solve_jacobian(mech, q)
-    if isinstance(J, StackedSparse):  # the minimum-norm correction, sparse
+    if isinstance(J, StackedSparse) or uses_sparse(mech.n, J.shape[-2]):
+        # the minimum-norm correction, by the sparse saddle-point solve (flattened states)
         v2 = np.broadcast_to(v, q.shape).reshape(-1, mech.n)
-        return (v2 + minimum_norm(J, -J.matvec(v2))).reshape(q.shape)
-    if sum(J.shape[-2:]) >= KKT_SPARSE_MIN:  # the minimum-norm correction, sparse
-        return v + minimum_norm(J, -(J @ v[..., None])[..., 0])
+        J2 = J if isinstance(J, StackedSparse) else J.reshape((-1,) + J.shape[-2:])
+        return (v2 + minimum_norm(J2, -times(J2, v2))).reshape(q.shape)
     y = np.linalg.solve(J @ np.swapaxes(J, 1, 2), (J @ v[..., None]))
     return v - (np.swapaxes(J, 1, 2) @ y)[..., 0]
 
@@ -517,7 +515,7 @@ class StateProjection:
         self.constraints = C.StateConstraints(mech)
         # redundant rows (chosen per state), or large enough for the sparse KKT solve
         self.general = (mech.independent_rows.size < mech.m
-                        or mech.n + mech.m >= KKT_SPARSE_MIN)
+                        or uses_sparse(mech.n, mech.m))
         self._c = coordinate_scales(mech)
         from scipy.linalg.lapack import dgesv
         self._gesv = dgesv

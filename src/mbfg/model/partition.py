@@ -68,8 +68,7 @@ def _sparse_quality(mech, q, indices, scale, rtol=1e-6, max_iterations=200) -> f
 
     _, J = C.solve_jacobian(mech, q[None])
     if isinstance(J, StackedSparse):
-        p = J.pattern
-        J = scipy.sparse.csc_matrix((J.values[0] * scale[p.cols], (p.rows, p.cols)), p.shape)
+        J = J.matrix(0, scale)
     else:
         J = scipy.sparse.csc_matrix(J[0] * scale)
     idx = np.asarray(indices, int)

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 
 def _freeze(a, dtype) -> np.ndarray:
@@ -132,6 +136,16 @@ class StackedSparse:
         p = self.pattern
         return _reduce(self.values * y[:, p.rows], p.by_col, p.shape[1])
 
+    def matrix(self, k: int = 0, column_scale: np.ndarray | None = None
+               ) -> "scipy.sparse.csc_matrix":
+        """Matrix ``k`` of the stack as a scipy CSC matrix (r, c), times diag(column_scale)
+        if given (c,)."""
+        import scipy.sparse
+
+        p = self.pattern
+        v = self.values[k] if column_scale is None else self.values[k] * column_scale[p.cols]
+        return scipy.sparse.csc_matrix((v, (p.rows, p.cols)), p.shape)
+
     def row_norms(self, column_scale: np.ndarray | None = None) -> np.ndarray:
         """Euclidean norms of the rows (T, r), of S diag(column_scale) if given (c,); for a
         pattern without repeated positions."""
@@ -180,11 +194,16 @@ def _empty_pattern(shape: tuple) -> Pattern:
     return Pattern.of([], [], shape)
 
 
+def times(A: "np.ndarray | StackedSparse", x: np.ndarray) -> np.ndarray:
+    """A x for a stack A (T, r, c), dense or StackedSparse, and x (T, c): (T, r)."""
+    return A.matvec(x) if isinstance(A, StackedSparse) else np.einsum("tkn,tn->tk", A, x)
+
+
 def empty(T: int, shape: tuple) -> StackedSparse:
     """A stack of T zero matrices with no stored entries (one pattern object per shape)."""
     return StackedSparse(np.zeros((T, 0)), _empty_pattern(tuple(int(k) for k in shape)))
 
 
 __all__ = [
-    "Pattern", "StackedSparse", "empty"
+    "Pattern", "StackedSparse", "times", "empty"
 ]
