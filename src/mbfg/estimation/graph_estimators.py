@@ -182,7 +182,7 @@ def estimate_online(
                            relative_tolerance=est.relative_tolerance,
                            absolute_tolerance=est.accept_decrease, reselect=None,
                            on_failure="best", informative=problem.informative_steps,
-                           min_informative=readings_in_window)
+                           min_informative=readings_in_window, elimination="cholesky")
     causal = np.empty((N, lay.dim))
     covs = np.empty((N, lay.dim, lay.dim)) if covariance else None
     sm.initialize(q0, qd0)

@@ -453,8 +453,20 @@ class LeastSquaresProblem(_AppliedForces):
         if sel is not None:
             out.append(sel)
         if rows.size > 1:
-            out.append(self.link_term(rows[:-1]))
+            out.append(self._links(rows[:-1]))
         return out
+
+    def _links(self, rows0):
+        """:meth:`link_term` of contiguous ``rows0``, built once per (first row, length): its
+        blocks are constant, and a fixed-lag window asks for the same rows at every step."""
+        key = (int(rows0[0]), rows0.size)
+        cache = self.__dict__.setdefault("_link_cache", {})
+        term = cache.get(key)
+        if term is None:
+            if len(cache) >= 64:
+                cache.clear()
+            term = cache[key] = self.link_term(rows0)
+        return term
 
     def nonlinear_term(self, steps: ArrayLike, rows: ArrayLike) -> StackedTerm:
         s, mech = self.settings, self.mech
