@@ -193,6 +193,8 @@ class StateDynamics:
 
 def _scatter_multipliers(mech, rows, lam_r):
     """Multipliers of all m rows (zero on the redundant ones)."""
+    if rows.ndim == 1 and rows.size == mech.m:  # every row (rows are sorted)
+        return lam_r
     lam = np.zeros(lam_r.shape[:-1] + (mech.m,))
     np.put_along_axis(lam, np.broadcast_to(rows, lam_r.shape), lam_r, axis=-1)
     return lam
