@@ -16,7 +16,7 @@ import mbfg
 
 RANK = {
     "errors": 0, "expressions": 0, "resources": 0, "progress": 0, "trajectories": 0,
-    "results": 0, "data": 0,
+    "results": 0, "data": 0, "yaml_document": 0,
     "model": 1,
     "loader": 2, "testing": 2,
     "factors": 3,

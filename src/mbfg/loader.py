@@ -18,7 +18,6 @@ Semantics (as the C++ library):
 """
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -27,16 +26,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import yaml
 
-from mbfg.errors import (ExpressionError, MechanismError, SchemaError, UndefinedVariableError,
-                         YamlSyntaxError)
-from mbfg.expressions import RESERVED_NAMES, parse
+from mbfg.errors import SchemaError, YamlSyntaxError
+from mbfg.expressions import RESERVED_NAMES
 from mbfg.model.sensors import (SENSOR_TYPES, Accelerometer, AngleEncoder, Distance, Gyroscope,
                                Marker, Sensor, SensorSet)
 from mbfg.model.spec import (BodySpec, FixedSliderSpec, JointFrictionSpec, MechanismSpec,
                              MobileSliderSpec, MotorSpec, PointSpec, RelativeAngleSpec,
                              SliderFrictionSpec)
+from mbfg.yaml_document import YamlDocument, YamlFields
+from mbfg.yaml_document import closest as _closest
+from mbfg.yaml_document import type_name as _type_name
 
 if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
@@ -58,177 +58,16 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _POINT_VARIABLE = re.compile(r"[xy]\d+\Z")
 
 
-def _closest(word: str, options) -> str:
-    match = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.5)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+class _Loader(YamlFields):
+    """The mechanism format's reader: :class:`~mbfg.yaml_document.YamlFields` plus point
+    indices and coordinate pairs, and :meth:`load`."""
 
-
-def _type_name(value) -> str:
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return f"a boolean ({value})"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"{type(value).__name__} {value!r}"[:80]
-
-
-class _DuplicateKey(Exception):
-    """Raised by :class:`_StrictLoader` for a key given twice in one mapping."""
-
-    def __init__(self, key, first, again):
-        super().__init__(key)
-        self.key, self.first, self.again = key, first, again
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key repeated in one mapping (YAML requires unique keys; plain
-    PyYAML silently keeps the last value).  Merge keys (``<<``) may still be overridden."""
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    first = seen.setdefault(key, key_node.start_mark)
-                except TypeError:  # unhashable: the base class reports it
-                    continue
-                if first is not key_node.start_mark:
-                    raise _DuplicateKey(key, first, key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-class _Reader:
-    """Walks the YAML document, remembering the line of every node for error messages."""
-
-    def __init__(self, text: str, source: str | None, expected: str | None = None):
-        """``expected``: what a syntax error message says the file should be (default: a
-        mechanism's top-level mapping)."""
-        self.source = source
-        if expected is None:
-            expected = f"a YAML mapping of {', '.join(TOP_LEVEL_KEYS)}"
-        self.lines: dict[str, int] = {}
-        try:
-            loader = _StrictLoader(text)
-            try:
-                node = loader.get_single_node()
-                self.data = loader.construct_document(node) if node is not None else None
-            finally:
-                loader.dispose()
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            line = mark.line + 1 if mark is not None else None
-            what = " ".join(str(x) for x in (e.context, e.problem) if x)
-            column = f" (column {mark.column + 1})" if mark is not None else ""
-            raise YamlSyntaxError(f"malformed YAML: {what}{column}; expected {expected}",
-                                  file=source, line=line) from None
-        except _DuplicateKey as e:
-            raise YamlSyntaxError(f"duplicate key {e.key!r} (column {e.again.column + 1}; first "
-                                  f"given on line {e.first.line + 1}): YAML keys must be unique "
-                                  f"and the last value would silently win; expected each key "
-                                  f"once per mapping", file=source, line=e.again.line + 1) from None
-        except yaml.YAMLError as e:
-            raise YamlSyntaxError(f"malformed YAML: {' '.join(str(e).split())}", file=source) from None
-        except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
-            # e.g. unhashable keys, deep nesting, out-of-range timestamps
-            raise YamlSyntaxError(f"malformed YAML: {e or type(e).__name__}", file=source) from None
-        if node is not None:
-            self._record(node, "", node.start_mark.line + 1, set())
-
-    def _record(self, node, path: str, line: int, seen: set, depth: int = 0):
-        """Remember the line of every YAML path: the key's line for mapping entries, the item's
-        line for sequence items.  Each node is visited once (aliases could otherwise make the
-        walk exponential or infinite)."""
-        self.lines.setdefault(path, line)
-        if depth > 50 or id(node) in seen:
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                k = key.value if isinstance(key, yaml.ScalarNode) else "?"
-                self._record(value, f"{path}.{k}" if path else str(k), key.start_mark.line + 1,
-                             seen, depth + 1)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, value in enumerate(node.value):
-                self._record(value, f"{path}[{i}]", value.start_mark.line + 1, seen, depth + 1)
-
-    def line(self, path: str) -> int | None:
-        """Line of ``path``, or of its nearest enclosing node that has one."""
-        while True:
-            if path in self.lines:
-                return self.lines[path]
-            if not path:
-                return None
-            parent = re.sub(r"(\.[^.\[]*|\[\d+\])\Z", "", path)
-            path = "" if parent == path else parent
-
-    def error(self, cls, message: str, path: str) -> MechanismError:
-        return cls(message, file=self.source, path=path or None, line=self.line(path))
-
-
-class _Loader:
-    def __init__(self, reader: _Reader):
-        self.r = reader
-
-    # -- small typed accessors -------------------------------------------------------------
-    def mapping(self, value, path: str, what: str) -> dict:
-        if not isinstance(value, dict):
-            raise self.r.error(SchemaError, f"expected {what} (a mapping), got {_type_name(value)}", path)
-        for key in value:
-            if not isinstance(key, str):
-                raise self.r.error(SchemaError, f"expected text keys in {what}, got key {key!r}", path)
-        return value
-
-    def sequence(self, value, path: str, what: str) -> list:
-        if not isinstance(value, list):
-            raise self.r.error(SchemaError, f"expected {what} (a list), got {_type_name(value)}", path)
-        return value
-
-    def require(self, mapping: dict, key: str, path: str, what: str):
-        if key not in mapping:
-            raise self.r.error(SchemaError, f"missing required key {key!r} (expected {what})",
-                               f"{path}.{key}" if path else key)
-        return mapping[key]
-
-    def expression(self, value, path: str, env: dict, what: str) -> float:
-        """Evaluate a number or an expression string at YAML path ``path``."""
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise self.r.error(SchemaError, f"expected {what} (a number or an expression), got "
-                               f"{_type_name(value)}", path)
-        if not isinstance(value, str):
-            try:
-                value = float(value)
-            except OverflowError:
-                value = math.inf if value > 0 else -math.inf
-            if not math.isfinite(value):
-                raise self.r.error(SchemaError, f"expected {what} as a finite number, got {value}", path)
-            return value
-        try:
-            return parse(value)(env)
-        except UndefinedVariableError as e:
-            hint = ""
-            if any(_POINT_VARIABLE.match(n) for n in parse(value).names - set(env)):
-                hint = ("; x<i>/y<i> are only defined for points listed before this one"
-                        if path.startswith("points[") else
-                        "; x<i>/y<i> name the initial coordinates of point i")
-            raise self.r.error(type(e), e.reason + hint, path) from None
-        except ExpressionError as e:
-            raise self.r.error(type(e), e.reason, path) from None
-
-    def typed_entry(self, item, path: str, what: str, types, type_what: str):
-        """A mapping with a ``type`` key naming one of ``types``: returns (mapping, type)."""
-        types = tuple(types)
-        entry = self.mapping(item, path, what)
-        kind = self.require(entry, "type", path, f"one of {', '.join(types)}")
-        if not isinstance(kind, str) or kind not in types:
-            raise self.r.error(SchemaError, f"unknown {type_what} {kind!r}{_closest(kind, types)}; "
-                               f"expected one of {', '.join(types)}", f"{path}.type")
-        return entry, kind
+    def undefined_hint(self, names: set, path: str) -> str:
+        if any(_POINT_VARIABLE.match(n) for n in names):
+            return ("; x<i>/y<i> are only defined for points listed before this one"
+                    if path.startswith("points[") else
+                    "; x<i>/y<i> name the initial coordinates of point i")
+        return ""
 
     def index(self, value, path: str, n_points: int, what: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -591,7 +430,8 @@ def parse_spec(text: str, source: str | None = None) -> MechanismSpec:
     """Parse mechanism YAML ``text`` into a validated spec (``source`` names it in errors)."""
     if not isinstance(text, str):
         raise SchemaError(f"expected YAML text, got {type(text).__name__}", file=source)
-    return _Loader(_Reader(text, source)).load()
+    return _Loader(YamlDocument(text, source, expected=f"a YAML mapping of "
+                                                  f"{', '.join(TOP_LEVEL_KEYS)}")).load()
 
 
 def read_yaml_text(path: str | os.PathLike, what: str = "mechanism") -> str:
@@ -647,8 +487,8 @@ _TYPE_KEYS = {
 
 class _SensorLoader:
     def __init__(self, text, source, mech):
-        self.r = _Reader(text, source, expected="a mapping with a 'sensors' list")
-        self.base = _Loader(self.r)  # typed accessors: mapping, sequence, require, expression
+        self.r = YamlDocument(text, source, expected="a mapping with a 'sensors' list")
+        self.base = YamlFields(self.r)  # typed accessors: mapping, sequence, require, expression
         self.mech = mech
         self.env = dict(mech.spec.parameters)
 

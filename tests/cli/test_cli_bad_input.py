@@ -250,8 +250,8 @@ def test_duplicate_key_in_a_sensors_file(files, capsys):
 
 
 def test_merge_keys_may_still_be_overridden():
-    from mbfg.loader import _Reader
-    data = _Reader("a: &A {x: 1, y: 2}\nb:\n  <<: *A\n  x: 3\n", "m.yaml").data
+    from mbfg.yaml_document import YamlDocument
+    data = YamlDocument("a: &A {x: 1, y: 2}\nb:\n  <<: *A\n  x: 3\n", "m.yaml", "a mapping").data
     assert data["b"] == {"x": 3, "y": 2}
 
 

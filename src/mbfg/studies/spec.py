@@ -39,6 +39,7 @@ import yaml
 from mbfg.errors import MbfgError, SchemaError, UsageError
 from mbfg.resources import bundled_studies, resolve_study
 from mbfg.studies.kinds import RunKind, run_kind
+from mbfg.yaml_document import YamlDocument, YamlFields, closest
 
 if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
@@ -202,10 +203,9 @@ class _Context:
 
 class _StudyParser:
     def __init__(self, text: str, source: str | None, base_dir: Path):
-        from mbfg.loader import _Loader, _Reader  # the mechanism loader's located YAML reader
-        self.r = _Reader(text, source, expected="a study: a YAML mapping of "
-                         + ", ".join(TOP_LEVEL_KEYS))
-        self.L = _Loader(self.r)
+        self.r = YamlDocument(text, source, expected="a study: a YAML mapping of "
+                              + ", ".join(TOP_LEVEL_KEYS))
+        self.L = YamlFields(self.r)
         self.source = source
         self.base_dir = base_dir
 
@@ -213,10 +213,9 @@ class _StudyParser:
         return self.r.error(SchemaError, message, path)
 
     def _unknown(self, mapping: dict, allowed: tuple, path: str, what: str) -> None:
-        from mbfg.loader import _closest
         for key in mapping:
             if key not in allowed:
-                raise self.err(f"unknown key {key!r} in {what}{_closest(key, allowed)}; valid "
+                raise self.err(f"unknown key {key!r} in {what}{closest(key, allowed)}; valid "
                                f"keys: {', '.join(allowed)}", f"{path}.{key}" if path else key)
 
     # -- mechanisms ----------------------------------------------------------------------
@@ -339,8 +338,7 @@ class _StudyParser:
         kind_name = self.L.require(run, "kind", "run", "a run kind")
         from mbfg.studies.kinds import KINDS
         if kind_name not in KINDS:
-            from mbfg.loader import _closest
-            raise self.err(f"unknown run kind {kind_name!r}{_closest(str(kind_name), KINDS)}; "
+            raise self.err(f"unknown run kind {kind_name!r}{closest(str(kind_name), KINDS)}; "
                            f"expected one of {', '.join(KINDS)}", "run.kind")
         kind = run_kind(kind_name)
         self._unknown(run, ("kind",) + tuple(kind.settings), "run", f"run (kind {kind.name})")
@@ -432,9 +430,8 @@ class _StudyParser:
             if key.startswith("run."):
                 sname = key[4:]
                 if sname not in kind.settings:
-                    from mbfg.loader import _closest
                     raise self.err(f"unknown setting {sname!r} of run kind {kind.name}"
-                                   f"{_closest(sname, kind.settings)}; expected one of "
+                                   f"{closest(sname, kind.settings)}; expected one of "
                                    f"{', '.join(kind.settings)}", path)
                 column_name, is_setting = sname, True
             else:
@@ -561,12 +558,11 @@ class _StudyParser:
         if value is None:
             out = list(known)
         else:
-            from mbfg.loader import _closest
             out = self.L.sequence(value, "metrics", "metric names")
             for i, m in enumerate(out):
                 if m not in known:
                     raise self.err(f"unknown metric {m!r} of run kind {kind.name}"
-                                   f"{_closest(str(m), known)}; expected some of "
+                                   f"{closest(str(m), known)}; expected some of "
                                    f"{', '.join(known)}", f"metrics[{i}]")
             if not out or len(set(out)) != len(out):
                 raise self.err("expected a non-empty list of distinct metrics", "metrics")
