@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from mbfg.errors import ExpressionError, MechanismError, SchemaError, UndefinedVariableError, YamlSyntaxError
+from mbfg.errors import (ExpressionError, MechanismError, SchemaError, UndefinedVariableError,
+                         YamlSyntaxError)
 from mbfg.expressions import parse
 
 if TYPE_CHECKING:
@@ -135,7 +136,8 @@ class YamlDocument:
             parent = re.sub(r"(\.[^.\[]*|\[\d+\])\Z", "", path)
             path = "" if parent == path else parent
 
-    def error(self, cls, message: str, path: str) -> MechanismError:
+    def error(self, cls: type[MechanismError], message: str, path: str) -> MechanismError:
+        """An error of class ``cls`` at YAML ``path``: names the file, the path and its line."""
         return cls(message, file=self.source, path=path or None, line=self.line(path))
 
 
@@ -148,6 +150,7 @@ class YamlFields:
         self.r = document
 
     def mapping(self, value: Any, path: str, what: str) -> dict:
+        """``value`` as a mapping with text keys (``what`` names it in the error)."""
         if not isinstance(value, dict):
             raise self.r.error(SchemaError, f"expected {what} (a mapping), got {type_name(value)}", path)
         for key in value:
@@ -156,11 +159,13 @@ class YamlFields:
         return value
 
     def sequence(self, value: Any, path: str, what: str) -> list:
+        """``value`` as a list (``what`` names it in the error)."""
         if not isinstance(value, list):
             raise self.r.error(SchemaError, f"expected {what} (a list), got {type_name(value)}", path)
         return value
 
     def require(self, mapping: dict, key: str, path: str, what: str) -> Any:
+        """``mapping[key]``, or an error at ``path.key`` saying what was expected."""
         if key not in mapping:
             raise self.r.error(SchemaError, f"missing required key {key!r} (expected {what})",
                                f"{path}.{key}" if path else key)
@@ -197,7 +202,6 @@ class YamlFields:
             raise self.r.error(SchemaError, f"unknown {type_what} {kind!r}{closest(kind, types)}; "
                                f"expected one of {', '.join(types)}", f"{path}.type")
         return entry, kind
-
 
     def undefined_hint(self, names: set, path: str) -> str:
         """Text appended to the error of an expression at ``path`` that uses the undefined

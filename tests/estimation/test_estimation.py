@@ -305,15 +305,45 @@ def test_cholesky_window_solves_agree_with_qr(fourbar):
 
 
 def test_cholesky_failure_falls_back_to_qr(fourbar, monkeypatch):
-    """A window gtsam's Cholesky rejects (here: an inconsistent ordering, the same
-    RuntimeError as an indefinite system) is solved by QR: the same result as QR."""
+    """A window gtsam's Cholesky finds indefinite is solved by QR (the same result as QR's, and
+    counted); an update that raises the linear model's error is also redone by QR; any other
+    gtsam error is not hidden."""
     import gtsam
 
     from mbfg.solvers.smoother import FixedLagSmoother
-    _, X_qr, _ = _online_smoother(fourbar, "qr", 0.2)
-    monkeypatch.setattr(FixedLagSmoother, "_ordering", lambda self, keys: gtsam.Ordering([]))
-    _, X_fb, _ = _online_smoother(fourbar, "cholesky", 0.2)
+    sm_qr, X_qr, _ = _online_smoother(fourbar, "qr", 0.2)
+
+    class Indefinite:
+        def optimize(self, ordering):
+            raise RuntimeError("Indeterminate linear system detected while working near "
+                               "variable 0")
+
+    real = FixedLagSmoother._cholesky_step
+    monkeypatch.setattr(FixedLagSmoother, "_cholesky_step",
+                        lambda self, g, keys, err: real(self, Indefinite(), keys, err))
+    sm_fb, X_fb, _ = _online_smoother(fourbar, "cholesky", 0.2)
     assert np.array_equal(X_fb, X_qr)
+    assert sm_fb.cholesky_fallbacks > 0 and sm_qr.cholesky_fallbacks == 0
+
+    class Uphill:  # an "update" that increases the linear model's error
+        def optimize(self, ordering):
+            return self.g.optimize(gtsam.EliminateQR).scale(-1.0)
+
+        def error(self, delta):
+            return self.g.error(delta)
+
+    def uphill(self, g, keys, err):
+        u = Uphill()
+        u.g = g
+        return real(self, u, keys, err)
+    monkeypatch.setattr(FixedLagSmoother, "_cholesky_step", uphill)
+    _, X_up, _ = _online_smoother(fourbar, "cholesky", 0.2)
+    assert np.array_equal(X_up, X_qr)
+
+    monkeypatch.setattr(FixedLagSmoother, "_ordering", lambda self, keys: gtsam.Ordering([]))
+    monkeypatch.setattr(FixedLagSmoother, "_cholesky_step", real)
+    with pytest.raises(RuntimeError, match="inconsistent"):
+        _online_smoother(fourbar, "cholesky", 0.2)
 
 
 def test_invalid_elimination(fourbar):

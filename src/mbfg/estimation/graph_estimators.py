@@ -169,7 +169,8 @@ def estimate_online(
 
     Returns an :class:`EstimationResult` named ``"fg-online"``: ``q, qd, qdd`` causal,
     ``*_smoothed`` each step's estimate when it left the window; stats ``ms_per_step``,
-    ``iterations``, ``fallbacks``, ``window``.
+    ``iterations``, ``fallbacks``, ``window``, ``cholesky_fallbacks`` (window solves that
+    gtsam's Cholesky left to QR, :class:`~mbfg.solvers.smoother.FixedLagSmoother`).
     """
     t0 = time.perf_counter()
     est, q0, qd0, problem = _setup(model, sensors, readings, dt, n_steps, settings, q0, qd0,
@@ -207,6 +208,7 @@ def estimate_online(
     stats = Stats.of("fg-online", seconds, N, sm.iterations, converged=not sm.unconverged,
                      window=int(window), max_iterations_per_step=sm.max_iterations_per_step,
                      fallbacks=sm.fallbacks, unconverged_steps=sm.unconverged,
+                     cholesky_fallbacks=sm.cholesky_fallbacks,
                      **_std_indices(model, covariance))
     res = EstimationResult("fg-online", np.arange(N) * dt, p["q"], p["v"], p["a"],
                            s["q"], s["v"], s["a"], z_std=z_std, zd_std=zd_std,

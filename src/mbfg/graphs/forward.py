@@ -457,9 +457,9 @@ class LeastSquaresProblem(_AppliedForces):
         return out
 
     def _links(self, rows0):
-        """:meth:`link_term` of contiguous ``rows0``, built once per (first row, length): its
-        blocks are constant, and a fixed-lag window asks for the same rows at every step."""
-        key = (int(rows0[0]), rows0.size)
+        """:meth:`link_term` of ``rows0``, built once per set of rows: its blocks are constant,
+        and a fixed-lag window asks for the same rows at every step."""
+        key = np.asarray(rows0, int).tobytes()
         cache = self.__dict__.setdefault("_link_cache", {})
         term = cache.get(key)
         if term is None:

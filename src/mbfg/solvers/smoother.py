@@ -263,8 +263,10 @@ class FixedLagSmoother:
         default elimination, about half the time on the review four-bar's 10-step window).
         Cholesky squares the condition number, so it suits over-determined problems whose
         solution the noise, not rounding, limits (estimation: the update of a whitened window
-        of condition 4e6 differs from QR's by 2e-9 of its size); a system it finds
-        indefinite is solved by QR.  Simulation keeps QR.
+        of condition 4e6 differs from QR's by 2e-9 of its size).  A system gtsam finds
+        indefinite, or an update that is not finite or does not decrease the linear model's
+        error, is solved again by QR (counted in ``cholesky_fallbacks``).  Simulation keeps
+        QR.
 
     Use :meth:`initialize` then :meth:`advance` (or :meth:`run`).  ``history`` receives
     (step, x) of each step as it leaves the window; :meth:`run` returns all steps.
@@ -287,6 +289,7 @@ class FixedLagSmoother:
             raise ValueError(f"elimination must be 'qr' or 'cholesky', got {elimination!r}")
         self.elimination = elimination
         self._orderings: dict = {}
+        self.cholesky_fallbacks = 0  # window solves that Cholesky left to QR
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         self.window = window
@@ -354,15 +357,30 @@ class FixedLagSmoother:
                 return x.reshape(W.shape), err - 0.5 * float(r @ r)
             lin = [t.blocks(W) for t in terms]  # singular for the LU: gtsam's QR decides
         g = self._graph(lin, keys)
-        delta = None
         if self.elimination == "cholesky":
-            try:
-                delta = g.optimize(self._ordering(keys))
-            except RuntimeError:  # gtsam: indeterminate (numerically indefinite) system
-                delta = None
-        if delta is None:
-            delta = g.optimize(gtsam.EliminateQR)
+            step = self._cholesky_step(g, keys, err)
+            if step is not None:
+                return step
+            self.cholesky_fallbacks += 1
+        delta = g.optimize(gtsam.EliminateQR)
         return np.stack([delta.at(k) for k in keys]), err - float(g.error(delta))
+
+    def _cholesky_step(self, g, keys, err):
+        """(update, predicted decrease) of the window's linear system ``g`` by gtsam's Cholesky
+        elimination, or None where QR must decide: gtsam finds the normal equations
+        indefinite, or the update is not finite or does not decrease the linear model's error
+        (a least-squares solution never increases it: Cholesky lost the system to rounding)."""
+        try:
+            delta = g.optimize(self._ordering(keys))
+        except RuntimeError as exc:
+            if "Indeterminate" not in str(exc):
+                raise  # not a property of the system (e.g. an inconsistent ordering)
+            return None
+        D = np.stack([delta.at(k) for k in keys])
+        predicted = err - float(g.error(delta))
+        if not (np.all(np.isfinite(D)) and predicted >= 0.0):
+            return None
+        return D, predicted
 
     def _ordering(self, keys):
         """gtsam's elimination ordering of the window's keys, in time order (cached)."""
