@@ -488,7 +488,7 @@ _TYPE_KEYS = {
 class _SensorLoader:
     def __init__(self, text, source, mech):
         self.r = YamlDocument(text, source, expected="a mapping with a 'sensors' list")
-        self.base = YamlFields(self.r)  # typed accessors: mapping, sequence, require, expression
+        self.base = _Loader(self.r)  # typed accessors: mapping, sequence, require, expression, pair
         self.mech = mech
         self.env = dict(mech.spec.parameters)
 
