@@ -51,12 +51,24 @@ def _flat(mech, x):
     return x.reshape(-1, mech.n), x.shape[:-1]
 
 
-def _pair(mech, q, x):
-    """q and x broadcast to one shape (..., n), flattened: (q2 (T, n), x2 (T, n), lead)."""
-    q, x = np.asarray(q, dtype=float), np.asarray(x, dtype=float)
-    shape = np.broadcast_shapes(q.shape, x.shape)
-    return (np.broadcast_to(q, shape).reshape(-1, mech.n),
-            np.broadcast_to(x, shape).reshape(-1, mech.n), shape[:-1])
+def _pair(mech, q, *xs):
+    """q and the state arrays xs, each (..., n), broadcast over their leading axes and
+    flattened: (q2 (T, n), x2 (T, n) for each x, lead)."""
+    arrays = [np.asarray(a, dtype=float) for a in (q, *xs)]
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    return (*(np.broadcast_to(a, shape).reshape(-1, mech.n) for a in arrays), shape[:-1])
+
+
+def _given_for(J, lead, mech):
+    """A caller's Phi_q ``J`` if it is one per state of ``lead`` (dense (*lead, m, n) or a
+    StackedSparse of prod(lead) states), else None (then recomputed): the states were
+    broadcast beyond those of q (one q with many velocities)."""
+    if J is None:
+        return None
+    T = int(np.prod(lead, dtype=int))
+    if isinstance(J, StackedSparse):
+        return J if J.values.shape[0] == T else None
+    return J if np.shape(J)[:-2] == tuple(lead) else None
 
 
 def _local(coords, x2):
@@ -169,8 +181,7 @@ def hessian_times(
     :func:`constraint_jacobian`).
 
     Equals d(Phi_q v)/dq for a constant v; with v = qdot it is dPhi_q/dt (Eq. 40a)."""
-    q2, lead = _flat(mech, q)
-    v2 = np.broadcast_to(np.asarray(v, dtype=float), np.shape(q)).reshape(-1, mech.n)
+    q2, v2, lead = _pair(mech, q, v)
     return _on_pattern(mech, _hessian_times_values(mech, q2, v2), lead, mech._jacobian_pattern,
                        sparse)
 
@@ -208,8 +219,10 @@ def hessian_weighted_sum(mech: Mechanism, q: ArrayLike, lam: ArrayLike,
     constant local Hessians are summed cell by cell, and the angle rows' rank-2 Hessians (whose
     cells all involve their own angle coordinate, so they are distinct from each other and
     from the quadratic rows' cells) are written in place."""
-    q2, lead = _flat(mech, q)
-    lam2 = np.broadcast_to(np.asarray(lam, dtype=float), lead + (mech.m,)).reshape(-1, mech.m)
+    q, lam = np.asarray(q, dtype=float), np.asarray(lam, dtype=float)
+    lead = np.broadcast_shapes(q.shape[:-1], lam.shape[:-1])
+    q2 = np.broadcast_to(q, lead + (mech.n,)).reshape(-1, mech.n)
+    lam2 = np.broadcast_to(lam, lead + (mech.m,)).reshape(-1, mech.m)
     cells, starts, rows, h = mech._quad_hessian_sum
     parts = [np.add.reduceat(lam2[:, rows] * h, starts, axis=1) if cells.size
              else np.zeros((q2.shape[0], 0))]
@@ -276,10 +289,9 @@ def acceleration_bias_jacobian(
     :func:`constraint_jacobian`).  Zero for the quadratic rows.
 
     ``J``: Phi_q(q) of the same states (dense, or a StackedSparse), if already computed."""
-    q2, lead = _flat(mech, q)
-    qd2 = np.broadcast_to(np.asarray(qd, dtype=float), np.shape(q)).reshape(-1, mech.n)
-    return _on_pattern(mech, _bias_jacobian_values(mech, q2, qd2, J), lead,
-                       mech._jacobian_pattern, sparse)
+    q2, qd2, lead = _pair(mech, q, qd)
+    return _on_pattern(mech, _bias_jacobian_values(mech, q2, qd2, _given_for(J, lead, mech)),
+                       lead, mech._jacobian_pattern, sparse)
 
 
 def acceleration_constraints_jacobian(
@@ -289,11 +301,9 @@ def acceleration_constraints_jacobian(
     """d(dPhi_q/dt qdot + Phi_q qddot)/dq = :func:`acceleration_bias_jacobian` +
     :func:`hessian_times` (q, qddot), shape (..., m, n), with the angle terms evaluated once
     (the same sums).  ``J`` and ``sparse`` as in :func:`acceleration_bias_jacobian`."""
-    q2, lead = _flat(mech, q)
-    qd2 = np.broadcast_to(np.asarray(qd, dtype=float), np.shape(q)).reshape(-1, mech.n)
-    qdd2 = np.broadcast_to(np.asarray(qdd, dtype=float), np.shape(q)).reshape(-1, mech.n)
+    q2, qd2, qdd2, lead = _pair(mech, q, qd, qdd)
     angles = _angle_terms(mech, q2) if mech.angle_coords.size else None
-    values = (_bias_jacobian_values(mech, q2, qd2, J, angles)
+    values = (_bias_jacobian_values(mech, q2, qd2, _given_for(J, lead, mech), angles)
               + _hessian_times_values(mech, q2, qdd2, angles))
     return _on_pattern(mech, values, lead, mech._jacobian_pattern, sparse)
 

@@ -80,6 +80,19 @@ def _applied(mech, Q, q, qd, jacobians=False):
     return (out, d_q, d_qd) if jacobians else out
 
 
+def _broadcast_states(q, qd, J, Jdot):
+    """q and qd broadcast to one shape (one q with many velocities, or the reverse); a
+    caller's Phi_q ``J`` and dPhi_q/dt ``Jdot`` are kept only where their states did not
+    change (else they are recomputed)."""
+    q, qd = np.asarray(q, float), np.asarray(qd, float)
+    if q.shape == qd.shape:
+        return q, qd, J, Jdot
+    shape = np.broadcast_shapes(q.shape, qd.shape)
+    if q.shape != shape:
+        q, J = np.broadcast_to(q, shape), None
+    return q, np.broadcast_to(qd, shape), J, None
+
+
 def _rhs_c(mech, q, qd, baumgarte, rows=None, Jall=None, Jdot=None):
     """Independent rows (per state), their Jacobian and the acceleration right-hand side c.
     ``Jall``, ``Jdot``: Phi_q(q) and dPhi_q/dt(q, qd) of all rows, if already computed."""
@@ -128,10 +141,9 @@ def forward_dynamics(
     -------
     qdd : (..., n)   [and lam : (..., m)]
     """
-    q = np.asarray(q, float)
-    qd = np.asarray(qd, float)
+    q, qd, J, Jdot = _broadcast_states(q, qd, J, Jdot)
     rows, J, c = _rhs_c(mech, q, qd, baumgarte, Jall=J, Jdot=Jdot)
-    lead = np.broadcast_shapes(q.shape, qd.shape)[:-1]
+    lead = q.shape[:-1]
     f = _applied(mech, Q, q, qd)
     if isinstance(J, StackedSparse):  # flattened states
         f = np.broadcast_to(f, lead + (mech.n,)).reshape(-1, mech.n)
@@ -217,8 +229,7 @@ def forward_dynamics_jacobians(
     may be passed when the caller already has them (factor graphs evaluate them for the
     constraint factors of the same step).  Without ``force_jacobian``, d_Q is None (one
     solve with 2n instead of 3n right-hand sides)."""
-    q = np.asarray(q, float)
-    qd = np.asarray(qd, float)
+    q, qd, J, Jdot = _broadcast_states(q, qd, J, Jdot)
     n = mech.n
     lead = q.shape[:-1]
     Jall, Jdot_all = C.constraint_jacobian(mech, q) if J is None else J, Jdot
