@@ -15,7 +15,9 @@ of a small numpy array.  Each new step k
    (:class:`~mbfg.graphs.linear_blocks.UnaryLinear`, already whitened);
 3. the window is solved by Gauss-Newton: the prior, the window's linear factors and its
    nonlinear factors are linearized into native gtsam Jacobian factors and the system is
-   eliminated by sparse QR (``EliminateQR``) as in :mod:`mbfg.solvers.batch`.
+   eliminated by sparse QR (``EliminateQR``) as in :mod:`mbfg.solvers.batch`, or with
+   ``elimination="cholesky"`` (the online estimator) by gtsam's Cholesky, QR deciding where
+   Cholesky fails.
 
 Cost.  The nonlinear model kernels dominate (one vectorized call per linearization, almost
 independent of the window length), so the loop does one linearization per Gauss-Newton
