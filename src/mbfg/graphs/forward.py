@@ -396,6 +396,7 @@ class LeastSquaresProblem(_AppliedForces):
         else:
             raise ValueError(f"coords must be 'dependent' or 'independent', got {coords!r}")
         self.forces = forces
+        self._link_cache: dict = {}  # link terms by their rows (_links)
 
     def terms(self, steps: ArrayLike, q_start: ArrayLike, v_start: ArrayLike) -> list:
         """Every factor of a contiguous range of steps, as batch terms over the step array X
@@ -460,12 +461,11 @@ class LeastSquaresProblem(_AppliedForces):
         """:meth:`link_term` of ``rows0``, built once per set of rows: its blocks are constant,
         and a fixed-lag window asks for the same rows at every step."""
         key = np.asarray(rows0, int).tobytes()
-        cache = self.__dict__.setdefault("_link_cache", {})
-        term = cache.get(key)
+        term = self._link_cache.get(key)
         if term is None:
-            if len(cache) >= 64:
-                cache.clear()
-            term = cache[key] = self.link_term(rows0)
+            if len(self._link_cache) >= 64:
+                self._link_cache.clear()
+            term = self._link_cache[key] = self.link_term(rows0)
         return term
 
     def nonlinear_term(self, steps: ArrayLike, rows: ArrayLike) -> StackedTerm:

@@ -51,7 +51,7 @@ def _flat(mech, x):
     return x.reshape(-1, mech.n), x.shape[:-1]
 
 
-def _pair(mech, q, *xs):
+def _states(mech, q, *xs):
     """q and the state arrays xs, each (..., n), broadcast over their leading axes and
     flattened: (q2 (T, n), x2 (T, n) for each x, lead)."""
     arrays = [np.asarray(a, dtype=float) for a in (q, *xs)]
@@ -59,10 +59,12 @@ def _pair(mech, q, *xs):
     return (*(np.broadcast_to(a, shape).reshape(-1, mech.n) for a in arrays), shape[:-1])
 
 
-def _given_for(J, lead, mech):
-    """A caller's Phi_q ``J`` if it is one per state of ``lead`` (dense (*lead, m, n) or a
-    StackedSparse of prod(lead) states), else None (then recomputed): the states were
-    broadcast beyond those of q (one q with many velocities)."""
+def given_per_state(J: ArrayLike | StackedSparse | None, lead: tuple
+                    ) -> ArrayLike | StackedSparse | None:
+    """A caller's per-state matrix ``J`` (Phi_q or dPhi_q/dt) if it holds one matrix per state
+    of ``lead`` (dense (*lead, r, c) or a StackedSparse of prod(lead) states), else None, so
+    that the kernel recomputes it: the states were broadcast beyond those it was computed for
+    (one q with many velocities)."""
     if J is None:
         return None
     T = int(np.prod(lead, dtype=int))
@@ -181,7 +183,7 @@ def hessian_times(
     :func:`constraint_jacobian`).
 
     Equals d(Phi_q v)/dq for a constant v; with v = qdot it is dPhi_q/dt (Eq. 40a)."""
-    q2, v2, lead = _pair(mech, q, v)
+    q2, v2, lead = _states(mech, q, v)
     return _on_pattern(mech, _hessian_times_values(mech, q2, v2), lead, mech._jacobian_pattern,
                        sparse)
 
@@ -243,14 +245,14 @@ def sparse_kernels(mech: Mechanism) -> bool:
 
 def velocity_constraints(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """Phi_q(q) qdot, Eq. (25a).  Shape (..., m)."""
-    q2, qd2, lead = _pair(mech, q, qd)
+    q2, qd2, lead = _states(mech, q, qd)
     J = constraint_jacobian(mech, q2, sparse=sparse_kernels(mech))
     return times(J, qd2).reshape(lead + (mech.m,))
 
 
 def acceleration_bias(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
     """dPhi_q/dt qdot = qdot^T Phi_qq qdot; the acceleration right-hand side is c = -this (Eq. 3)."""
-    q2, qd2, lead = _pair(mech, q, qd)
+    q2, qd2, lead = _states(mech, q, qd)
     Jdot = hessian_times(mech, q2, qd2, sparse=sparse_kernels(mech))
     return times(Jdot, qd2).reshape(lead + (mech.m,))
 
@@ -289,8 +291,8 @@ def acceleration_bias_jacobian(
     :func:`constraint_jacobian`).  Zero for the quadratic rows.
 
     ``J``: Phi_q(q) of the same states (dense, or a StackedSparse), if already computed."""
-    q2, qd2, lead = _pair(mech, q, qd)
-    return _on_pattern(mech, _bias_jacobian_values(mech, q2, qd2, _given_for(J, lead, mech)),
+    q2, qd2, lead = _states(mech, q, qd)
+    return _on_pattern(mech, _bias_jacobian_values(mech, q2, qd2, given_per_state(J, lead)),
                        lead, mech._jacobian_pattern, sparse)
 
 
@@ -301,9 +303,9 @@ def acceleration_constraints_jacobian(
     """d(dPhi_q/dt qdot + Phi_q qddot)/dq = :func:`acceleration_bias_jacobian` +
     :func:`hessian_times` (q, qddot), shape (..., m, n), with the angle terms evaluated once
     (the same sums).  ``J`` and ``sparse`` as in :func:`acceleration_bias_jacobian`."""
-    q2, qd2, qdd2, lead = _pair(mech, q, qd, qdd)
+    q2, qd2, qdd2, lead = _states(mech, q, qd, qdd)
     angles = _angle_terms(mech, q2) if mech.angle_coords.size else None
-    values = (_bias_jacobian_values(mech, q2, qd2, _given_for(J, lead, mech), angles)
+    values = (_bias_jacobian_values(mech, q2, qd2, given_per_state(J, lead), angles)
               + _hessian_times_values(mech, q2, qdd2, angles))
     return _on_pattern(mech, values, lead, mech._jacobian_pattern, sparse)
 
@@ -509,5 +511,6 @@ __all__ = [
     "constraint_hessian", "hessian_weighted_sum", "velocity_constraints", "acceleration_bias",
     "acceleration_bias_jacobian", "acceleration_constraints", "independent_rows", "take_rows",
     "solve_jacobian", "acceleration_constraints_jacobian", "sparse_kernels", "sparse_solves",
+    "given_per_state",
     "StateConstraints"
 ]

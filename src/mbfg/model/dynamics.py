@@ -81,16 +81,14 @@ def _applied(mech, Q, q, qd, jacobians=False):
 
 
 def _broadcast_states(q, qd, J, Jdot):
-    """q and qd broadcast to one shape (one q with many velocities, or the reverse); a
-    caller's Phi_q ``J`` and dPhi_q/dt ``Jdot`` are kept only where their states did not
-    change (else they are recomputed)."""
+    """q and qd broadcast to one shape (one q with many velocities, or the reverse), and a
+    caller's Phi_q ``J`` and dPhi_q/dt ``Jdot`` where they are per state of it
+    (:func:`~mbfg.model.constraints.given_per_state`; else None: recomputed)."""
     q, qd = np.asarray(q, float), np.asarray(qd, float)
-    if q.shape == qd.shape:
-        return q, qd, J, Jdot
-    shape = np.broadcast_shapes(q.shape, qd.shape)
-    if q.shape != shape:
-        q, J = np.broadcast_to(q, shape), None
-    return q, np.broadcast_to(qd, shape), J, None
+    if q.shape != qd.shape:
+        q, qd = np.broadcast_arrays(q, qd)
+    lead = q.shape[:-1]
+    return q, qd, C.given_per_state(J, lead), C.given_per_state(Jdot, lead)
 
 
 def _rhs_c(mech, q, qd, baumgarte, rows=None, Jall=None, Jdot=None):

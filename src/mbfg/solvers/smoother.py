@@ -198,6 +198,12 @@ def _linear_error(lin) -> float:
     return sum(0.5 * float(np.sum(e * e)) for _, _, e in lin)
 
 
+def _update(g, delta, keys, err):
+    """The solution ``delta`` of the linear system ``g`` as a window update (L, dim), and the
+    decrease from ``err`` that its linear model predicts."""
+    return np.stack([delta.at(k) for k in keys]), err - float(g.error(delta))
+
+
 def prediction_matrix(problem: ObservedProblem | ForwardProblem) -> np.ndarray:
     """Constant (dim, dim) matrix P with ``x_{k+1} ~= P x_k``: q + dt v + dt^2/2 a, v + dt a,
     a, packed by ``problem.pack`` (so z, zd, zdd are the predicted q, v, a at the independent
@@ -364,8 +370,7 @@ class FixedLagSmoother:
             if step is not None:
                 return step
             self.cholesky_fallbacks += 1
-        delta = g.optimize(gtsam.EliminateQR)
-        return np.stack([delta.at(k) for k in keys]), err - float(g.error(delta))
+        return _update(g, g.optimize(gtsam.EliminateQR), keys, err)
 
     def _cholesky_step(self, g, keys, err):
         """(update, predicted decrease) of the window's linear system ``g`` by gtsam's Cholesky
@@ -378,8 +383,7 @@ class FixedLagSmoother:
             if "Indeterminate" not in str(exc):
                 raise  # not a property of the system (e.g. an inconsistent ordering)
             return None
-        D = np.stack([delta.at(k) for k in keys])
-        predicted = err - float(g.error(delta))
+        D, predicted = _update(g, delta, keys, err)
         if not (np.all(np.isfinite(D)) and predicted >= 0.0):
             return None
         return D, predicted
