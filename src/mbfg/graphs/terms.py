@@ -94,9 +94,8 @@ class StackedTerm(BatchTerm):
                            + lj).ravel())
             i = np.concatenate(ii)
             # (the pattern arrays are the mechanism's cached ones: their ids identify them)
-            self._coo_index = (key, i, np.concatenate(jj), self.inv_sigma[i % r],
-                               [b[2:] for b in blocks])
-        _, i, j, wi, _ = self._coo_index
+            self._coo_index = (key, i, np.concatenate(jj), self.inv_sigma[i % r])
+        _, i, j, wi = self._coo_index
         v = np.concatenate([a.ravel() for a in vv]) if len(vv) > 1 else vv[0].ravel()
         return i, j, v * wi, e * self.inv_sigma
 
