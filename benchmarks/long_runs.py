@@ -14,6 +14,7 @@ process (separate memory peaks):
 
     python benchmarks/long_runs.py [--t-end 100] [--count 17] [--seed 77] [--jobs 1]
         [--solver smoother|batch] [--coords dependent|independent] [--window 2]
+        [--integrator hermite|trapezoidal]
 """
 from __future__ import annotations
 
@@ -38,13 +39,14 @@ from mbfg.model.scales import constraint_scales
 from mbfg.testing import random_mechanisms
 
 count, seed, i, t_end = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-solver, coords, window = sys.argv[5], sys.argv[6], int(sys.argv[7])
+solver, coords, window, rule = sys.argv[5], sys.argv[6], int(sys.argv[7]), sys.argv[8]
 gen = random_mechanisms(count, seed)[i]
 mech = gen.load()
 t0 = time.perf_counter()
 status, res = "finished", None
 try:
-    res = mbfg.simulate(mech, t_end, 1e-3, solver=solver, coords=coords, window=window)
+    res = mbfg.simulate(mech, t_end, 1e-3, solver=solver, coords=coords, window=window,
+                        integrator=rule)
 except MbfgError as exc:
     status = f"{type(exc).__name__} at t = {getattr(exc, 'time', float('nan')):.3g} s"
     res = getattr(exc, "partial", None)
@@ -64,7 +66,8 @@ print(json.dumps(out))
 
 def run_one(args, i):
     proc = subprocess.run([sys.executable, "-c", WORKER, str(args.count), str(args.seed), str(i),
-                           str(args.t_end), args.solver, args.coords, str(args.window)],
+                           str(args.t_end), args.solver, args.coords, str(args.window),
+                           args.integrator],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         return {"name": f"#{i}", "family": "?", "status": proc.stderr.strip().splitlines()[-1]}
@@ -80,10 +83,11 @@ def main(argv=None) -> int:
     ap.add_argument("--solver", choices=("smoother", "batch"), default="smoother")
     ap.add_argument("--coords", choices=("dependent", "independent"), default="dependent")
     ap.add_argument("--window", type=int, default=2, help="smoother window")
+    ap.add_argument("--integrator", choices=("trapezoidal", "hermite"), default="trapezoidal")
     args = ap.parse_args(argv)
     print(machine_info())
     print(f"mbfg.simulate ({args.solver}{f', window {args.window}' if args.solver == 'smoother' else ''}, "
-          f"{args.coords}), dt = 1 ms, {args.t_end:g} s; "
+          f"{args.coords}, {args.integrator}), dt = 1 ms, {args.t_end:g} s; "
           f"random_mechanisms({args.count}, seed={args.seed})\n")
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         rows = list(pool.map(lambda i: run_one(args, i), range(args.count)))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.errors import DataError, MbfgError, SolverError, UsageError
+from mbfg.graphs import INTEGRATORS
 
 if TYPE_CHECKING:
     import argparse
@@ -465,10 +466,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_model_options(p) -> None:
-    """--coords and --integrator (simulate, inverse)."""
+def _add_model_options(p, integrators=("trapezoidal", "euler")) -> None:
+    """--coords and --integrator (simulate, inverse); the first integrator is the default."""
     p.add_argument("--coords", choices=["dependent", "independent"], default="dependent")
-    p.add_argument("--integrator", choices=["trapezoidal", "euler"], default="trapezoidal")
+    p.add_argument("--integrator", choices=list(integrators), default=integrators[0])
 
 
 def _add_output_options(p, plot: bool = True, out_help="save the result (.npz or .csv)") -> None:
@@ -490,7 +491,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--window", type=int, default=2, help="fixed-lag window N_w (default 2)")
     s.add_argument("--inputs", help="rows 't u1 ... uk' of the inputs of the mechanism's k "
                    "motors (YAML motors:), interpolated linearly in time")
-    _add_model_options(s)
+    _add_model_options(s, INTEGRATORS)
     _add_output_options(s)
     s.set_defaults(func=cmd_simulate)
 

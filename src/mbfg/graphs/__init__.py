@@ -5,4 +5,8 @@ nonlinear factor families (:class:`mbfg.graphs.batch_term.BatchTerm`), for any r
 so the batch solver and the fixed-lag smoother share one definition.
 """
 
-__all__: list = []  # import the builders from their modules (forward, inverse, estimation)
+#: the simulation graph's integrators (:class:`mbfg.graphs.forward.ForwardSettings`), the
+#: default first; defined here so that the CLI can offer them without importing gtsam
+INTEGRATORS = ("trapezoidal", "hermite", "euler")
+
+__all__: list = ["INTEGRATORS"]  # import the builders from their modules (forward, ...)

@@ -1,6 +1,7 @@
 """Forward-dynamics factor graphs (paper Sect. 5.1-5.2, Figs. 2-3) on per-step state vectors.
 
-Simulation uses :class:`ForwardProblem`: the energy-consistent trapezoidal graph, a *square*
+Simulation uses :class:`ForwardProblem`: the square simulation graph (by default with the
+trapezoidal rule and an energy balance, or the fourth-order Hermite rule), a *square*
 system (as many independent equations as unknowns per step), so its solution does not
 depend on any weight, and every residual is whitened by scales of the mechanism and dt
 (:mod:`mbfg.model.scales`), so nothing in it carries units (docs/theory.md).
@@ -14,9 +15,10 @@ step's linear system is sparse (cost linear in the number of bodies, where the d
 qddot(q, v) couples every coordinate with every other).  With redundant constraints the
 multipliers of the rows left out by :func:`mbfg.model.constraints.independent_rows` are held at
 zero (the choice Eq. 6 makes);
-between k and k+1 the trapezoidal integrators (Eq. 23) on the ``dof`` coordinates that are
-independent there (chosen per link by coordinate partitioning, :mod:`mbfg.model.partition`),
-with the energy-balance row and its velocity rescaling alpha (:mod:`mbfg.graphs.links`).
+between k and k+1 the integrators on the ``dof`` coordinates that are independent there
+(chosen per link by coordinate partitioning, :mod:`mbfg.model.partition`): the trapezoidal
+rule (Eq. 23) with the energy-balance row and its velocity rescaling alpha, or the Hermite
+rule (:mod:`mbfg.graphs.links`).
 
 Independent coordinates (Fig. 3), x_k = [q_k; v_k; a_k; z_k; zd_k; zdd_k; alpha_k]: f_pc^i,
 f_vc^i, f_ac^i (Phi, Phi_q v, dPhi_q/dt v + Phi_q a and the linear rows q[idx] - z, ...),
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mbfg.graphs import INTEGRATORS
 from mbfg.graphs import linear_blocks as L
 from mbfg.graphs import terms as T
 from mbfg.graphs.layout import StepLayout, dependent_layout, independent_layout
@@ -62,8 +65,12 @@ class ForwardSettings:
     ----------
     dt : float
         Time step [s].
-    integrator : "trapezoidal" or "euler"
-        Eq. 23 with the energy balance, or Eq. 22.
+    integrator : "trapezoidal", "hermite" or "euler"
+        ``"trapezoidal"`` (the default): Eq. 23 with the energy balance (the paper's rule);
+        ``"hermite"``: the fourth-order two-point Hermite rule, Eq. 23 with its end
+        corrections, x_{k+1} - x_k - dt/2 (xd_k + xd_{k+1}) + dt^2/12 (xdd_{k+1} - xdd_k)
+        and likewise for the velocities with the jerk (:mod:`mbfg.graphs.links`);
+        ``"euler"``: Eq. 22.
     step_tolerance : float
         A Gauss-Newton solve has converged when the error left after its last update,
         estimated by Newton's quadratic convergence as the square of that update measured in
@@ -83,8 +90,20 @@ class ForwardSettings:
     prior_q_approx: float = 1.0
 
     def __post_init__(self):
-        if self.integrator not in ("trapezoidal", "euler"):
-            raise ValueError(f"integrator must be 'trapezoidal' or 'euler', got {self.integrator!r}")
+        if self.integrator not in INTEGRATORS:
+            raise ValueError(f"integrator must be one of {', '.join(INTEGRATORS)}, "
+                             f"got {self.integrator!r}")
+
+
+#: time step of the hermite rule's central jerk difference, in dt (its truncation error,
+#: (omega h)^2 relative, and its rounding error, eps / (omega h), are far below what the rule
+#: needs, (omega dt)^3 / 60, for motions of 1e-3 <= omega dt <= 1)
+JERK_STEP = 1e-3
+#: a fixed-lag window reuses the jerk of a state that moved by at most this fraction of the
+#: coordinates' scales (positions c, velocities c / dt) since it was computed: the reused
+#: jerk's effect on the rows is then below 1e-8 (omega dt)^2 / 12 of their scale (a window's
+#: older steps move by ~1e-10 between solves)
+JERK_REUSE = 1e-8
 
 
 def _with_alpha(layout: StepLayout) -> StepLayout:
@@ -106,7 +125,7 @@ class _AppliedForces:
 
 
 class ForwardProblem(_AppliedForces):
-    """Factor definitions of the energy-consistent forward-dynamics graph for any range of
+    """Factor definitions of the square forward-dynamics graph for any range of
     steps (see the module docstring).
 
     Parameters
@@ -265,11 +284,57 @@ class ForwardProblem(_AppliedForces):
                       self.scales.energy(self.settings.dt))
             if mech.friction_elements:
                 energy += (lambda q, v: friction_force_jacobians(mech, q, v),)
+            jerk = cols = None
+            if self.settings.integrator == "hermite":
+                jerk = self._jerk_function(steps)
+                cols = idx if self.coords == "dependent" else np.asarray(self.indices)[idx]
             terms.append(IntegratorLinks(lay, rows[:-1], self.settings.dt,
                                          self.settings.integrator, slots, idx, scale, energy,
-                                         energy_rows=with_energy))
+                                         energy_rows=with_energy, jerk=jerk, jerk_columns=cols,
+                                         jerk_step=JERK_STEP * self.settings.dt))
         terms.append(T.StackedTerm(lay, rows, fams))
         return terms
+
+    def _jerk_function(self, steps):
+        """(rows, X[rows]) -> jerk (len(rows), n) of the model at each step's (q, v)
+        (:func:`mbfg.model.dynamics.jerk_along`, a function of the state alone).
+
+        Long ranges (a batch segment) are evaluated in one vectorized call.  Short ones (a
+        fixed-lag window) state by state with the fused single-state dynamics, reusing the
+        jerk of a recent state within ``JERK_REUSE`` of the coordinates' scales: a window is
+        re-solved at every step, and its older steps move only by rounding."""
+        from mbfg.model.dynamics import StateDynamics, jerk_along
+        lay, dt, n = self.layout, self.settings.dt, self.mech.n
+        times = np.asarray(steps, float) * dt
+        h = JERK_STEP * dt
+        cols = np.r_[lay.slice("q"), lay.slice("v")]
+        c = self.scales.coordinates
+        inverse_scale = 1.0 / np.concatenate([c, c / dt])
+        single = StateDynamics(self.mech)
+        recent = [np.full(8, np.nan), np.zeros((8, 2 * n)), np.zeros((8, n)), 0]
+
+        def forces(t):
+            return tuple(forces_at(self.forces, t + s, n) for s in (h, -h))
+
+        def one(t, S):
+            times_, states, jerks, _ = recent
+            near = np.max(np.abs(states - S) * inverse_scale, axis=1) <= JERK_REUSE
+            hit = np.flatnonzero(near & (times_ == t))
+            if hit.size:
+                return jerks[hit[0]]
+            Qp, Qm = (None if Q is None else Q[0] for Q in forces(np.array([t])))
+            j = jerk_along(self.mech, S[:n], S[n:], None, Qp, Qm, h, dynamics=single)
+            i = recent[3] = (recent[3] + 1) % times_.size  # a ring of recent states
+            times_[i], states[i], jerks[i] = t, S, j
+            return j
+
+        def jerk(rows, X):
+            S = X[:, cols]
+            if len(rows) > 8:
+                Qp, Qm = forces(times[rows])
+                return jerk_along(self.mech, S[:, :n], S[:, n:], None, Qp, Qm, h)
+            return np.array([one(times[r], s) for r, s in zip(rows, S)])
+        return jerk
 
     def terms(
         self, steps: ArrayLike, q_start: ArrayLike, v_start: ArrayLike, plan: np.ndarray | None = None

@@ -1,5 +1,5 @@
-"""Energy-consistent integrator links between consecutive steps (docs/theory.md, "The
-energy-consistent trapezoidal graph"), vectorized over steps.
+"""Integrator links between consecutive steps of the square simulation graph (docs/theory.md,
+"Forward dynamics: the square simulation graph"), vectorized over steps.
 
 For every link k -> k+1 and the coordinates it integrates (the independent ones, chosen per
 link, or the z slots of the independent formulation), with x = position, xd = velocity,
@@ -17,6 +17,14 @@ xdd = acceleration slots restricted to those coordinates:
   natural coordinates) and Q the applied forces.  r3 is the discrete energy balance the
   unconstrained trapezoidal rule satisfies; ``alpha`` (one scalar slot per step) is the
   velocity rescaling that lets the step meet it while it also meets the constraints exactly.
+* hermite (Eq. 23 with the end corrections of the two-point Hermite quadrature, fourth
+  order; no energy row, alpha stays at its prior)::
+
+      r1 = x_{k+1} - x_k - dt/2 (xd_k + xd_{k+1}) + dt^2/12 (xdd_{k+1} - xdd_k)
+      r2 = xd_{k+1} - xd_k - dt/2 (xdd_k + xdd_{k+1}) + dt^2/12 (xddd_{k+1} - xddd_k)
+
+  with xddd the jerk of the model at each step (``jerk``), held constant in the
+  linearization (its derivatives are O((omega dt)^2) of the rows').
 * Euler (Eq. 22): r1 = x_{k+1} - x_k - dt xd_k, r2 = xd_{k+1} - xd_k - dt xdd_k (no energy
   row; alpha stays at its prior, zero).
 
@@ -46,7 +54,7 @@ class IntegratorLinks(BatchTerm):
         First row of each link.
     dt : float
         Time step [s].
-    scheme : "trapezoidal" or "euler"
+    scheme : "hermite", "trapezoidal" or "euler"
     slots : (str, str, str)
         Position, velocity and acceleration slots integrated: ("q", "v", "a") or
         ("z", "zd", "zdd").
@@ -62,17 +70,28 @@ class IntegratorLinks(BatchTerm):
     energy_rows : (T,) bool, optional
         Links that carry the energy row (default all); on the others it has zero weight and
         their alpha must be held by a prior.
+    jerk : callable (rows (S,), X[rows] (S, dim)) -> (S, n), required by "hermite"
+        The jerk [m/s^3, rad/s^3] of every coordinate at the given rows of the step array.
+    jerk_columns : (T, d) int, optional
+        The coordinates of that jerk the links integrate (default ``indices``).
+    jerk_step : float, optional
+        The time step h [s] of the jerk's central difference: its rounding error, about
+        eps |xdd| / h, is the floor of :meth:`held_change`.
     """
 
     arity = 2
 
     def __init__(self, layout, rows0, dt, scheme, slots, indices, scale, energy=None,
-                 energy_rows=None):
+                 energy_rows=None, jerk=None, jerk_columns=None, jerk_step=None):
         self.layout = layout
         self.rows0 = np.asarray(rows0, int)
         self.dt = float(dt)
-        if scheme not in ("trapezoidal", "euler"):
-            raise ValueError(f"integrator must be 'trapezoidal' or 'euler', got {scheme!r}")
+        if scheme not in ("trapezoidal", "euler", "hermite"):
+            raise ValueError(f"integrator must be 'trapezoidal', 'hermite' or 'euler', "
+                             f"got {scheme!r}")
+        if scheme == "hermite" and jerk is None:
+            raise ValueError("the hermite rule needs the jerk of the integrated coordinates")
+        self.jerk, self.jerk_step = jerk, jerk_step
         self.scheme = scheme
         self.energy = energy if scheme == "trapezoidal" else None
         idx = np.asarray(indices, int).reshape(self.rows0.size, -1)
@@ -96,26 +115,40 @@ class IntegratorLinks(BatchTerm):
         for end, sign in ((0, -1.0), (1, 1.0)):
             ends[end].append((t, r, pos, sign))
             ends[end].append((t, d + r, vel, sign))
-        if scheme == "trapezoidal":
+        if scheme in ("trapezoidal", "hermite"):
             for end in (0, 1):
                 ends[end].append((t, r, vel, -0.5 * self.dt))
                 ends[end].append((t, d + r, acc, -0.5 * self.dt))
+            if scheme == "hermite":  # + dt^2/12 (xdd_{k+1} - xdd_k) in r1
+                for end, sign in ((0, -1.0), (1, 1.0)):
+                    ends[end].append((t, r, acc, sign * self.dt ** 2 / 12.0))
         else:
             ends[0].append((t, r, vel, -self.dt))
             ends[0].append((t, d + r, acc, -self.dt))
         self._const = [tuple(np.concatenate([np.broadcast_to(p[c], idx.shape).ravel()
                                              for p in pieces]) for c in range(4))
                        for pieces in ends]
-        self._vel, self._d, self._rows = vel, d, rows
+        self._vel, self._acc, self._d, self._rows = vel, acc, d, rows
+        self.jerk_columns = idx if jerk_columns is None else np.asarray(jerk_columns, int)
 
     def _constant_residual(self, X):
-        """The constant coefficients' part of the unweighted residual, (T, rows)."""
+        """The constant coefficients' part of the unweighted residual, (T, rows), with the
+        hermite rule's jerk terms (held constant in the linearization)."""
         T = self.rows0.size
         e = np.zeros(T * self._rows)
         for shift, (t, i, j, v) in enumerate(self._const):
             e += np.bincount(t * self._rows + i, weights=v * X[self.rows0[t] + shift, j],
                              minlength=e.size)
-        return e.reshape(T, self._rows)
+        e = e.reshape(T, self._rows)
+        if self.scheme == "hermite":
+            steps, inv = np.unique(np.concatenate([self.rows0, self.rows0 + 1]),
+                                   return_inverse=True)
+            J = self.jerk(steps, X[steps])                               # (S, d_all)
+            t, d = self._t, self._d
+            cols = self.jerk_columns
+            e[:, d:2 * d] += self.dt ** 2 / 12.0 * (J[inv[T:][:, None], cols]
+                                                     - J[inv[:T][:, None], cols])
+        return e
 
     def _linearization(self, X, jacobians=True):
         """Unweighted residual (T, rows) and, if asked, dense Jacobian blocks on x_k and
@@ -176,6 +209,24 @@ class IntegratorLinks(BatchTerm):
             gq1 -= np.einsum("ti,tij->tj", vs, F1[1])
             gv1 -= np.einsum("ti,tij->tj", vs, F1[2])
         return r3, (gq0, gv0, gq1, gv1)
+
+    def held_change(self, X0: ArrayLike, X1: ArrayLike) -> float:
+        """The largest whitened change of the rows' parts that the linearization holds
+        constant, between X0 and X1: the Hermite rule's jerk terms (0 for the other rules)."""
+        if self.scheme != "hermite":
+            return 0.0
+        steps = np.unique(np.concatenate([self.rows0, self.rows0 + 1]))
+        J0, J1 = self.jerk(steps, np.asarray(X0)[steps]), self.jerk(steps, np.asarray(X1)[steps])
+        pos = np.searchsorted(steps, self.rows0)
+        dJ = J1 - J0
+        change = np.abs(dJ[pos + 1][self._t, self.jerk_columns]
+                        - dJ[pos][self._t, self.jerk_columns])
+        if self.jerk_step:  # less the difference's rounding error at both ends, both states
+            X1, r0 = np.asarray(X1), self.rows0[:, None]
+            acc = np.abs(X1[r0, self._acc]) + np.abs(X1[r0 + 1, self._acc])
+            change = np.maximum(change - 16.0 * np.finfo(float).eps / self.jerk_step * acc, 0.0)
+        whitened = change * self.weights[:, self._d:2 * self._d] * self.dt ** 2 / 12.0
+        return float(np.max(whitened, initial=0.0))
 
     def coo(self, X: ArrayLike) -> tuple:
         """Sparse linearization (:meth:`BatchTerm.coo`): the constant integrator entries,

@@ -38,6 +38,8 @@ from mbfg.model.kinematics import selection_matrix, velocity_sensitivity, veloci
 from mbfg.model.nonconservative import friction_force_jacobians, friction_forces
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from numpy.typing import ArrayLike
 
     from mbfg.model.mechanism import Mechanism
@@ -152,6 +154,50 @@ def forward_dynamics(
     if not return_multipliers:
         return qdd
     return qdd, _scatter_multipliers(mech, rows, sol[..., mech.n:])
+
+
+def jerk_along(mech: Mechanism, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike | None,
+               Q_plus: ArrayLike | None, Q_minus: ArrayLike | None, h: float, *,
+               dynamics: Callable | None = None) -> np.ndarray:
+    """d/dt qddot along the motion (the jerk [m/s^3, rad/s^3]): the central difference of the
+    accelerations (Eq. 6) at (q +- h qd, qd +- h qdd), with the applied forces ``Q_plus`` and
+    ``Q_minus`` at t +- h.
+
+    Parameters
+    ----------
+    q, qd : (T, n), or (n,) for one state
+        Positions and velocities.
+    qdd : same shape, or None
+        The accelerations to follow; None: the model's own at (q, qd) (with the mean of the
+        two forces), so that the jerk depends on the state (q, qd) alone.
+    Q_plus, Q_minus : like q, or None (no applied forces)
+    h : float
+        Time step of the difference [s]; its truncation error is O((omega h)^2) relative,
+        its rounding error O(eps / (omega h)), for a motion of rate omega.
+    dynamics : callable (q, qd, Q) -> qddot, optional
+        The accelerations; default :func:`forward_dynamics` of ``mech`` (its fused
+        :class:`StateDynamics` is the faster choice for one state).
+
+    Returns
+    -------
+    Like q.
+    """
+    if dynamics is None:
+        def dynamics(qq, vv, QQ):
+            return forward_dynamics(mech, qq, vv, QQ)
+    q, qd = np.asarray(q, float), np.asarray(qd, float)
+    if qdd is None:
+        Qc = None if Q_plus is None else 0.5 * (np.asarray(Q_plus) + np.asarray(Q_minus))
+        qdd = dynamics(q, qd, Qc)
+    hq, hv = h * qd, h * np.asarray(qdd, float)
+    if q.ndim == 1:
+        ap = dynamics(q + hq, qd + hv, Q_plus)
+        am = dynamics(q - hq, qd - hv, Q_minus)
+        return (ap - am) / (2.0 * h)
+    T = q.shape[0]
+    Q = None if Q_plus is None else np.concatenate([Q_plus, Q_minus])
+    a = dynamics(np.concatenate([q + hq, q - hq]), np.concatenate([qd + hv, qd - hv]), Q)
+    return (a[:T] - a[T:]) / (2.0 * h)
 
 
 class StateDynamics:

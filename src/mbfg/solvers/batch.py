@@ -79,6 +79,23 @@ def step_converged(
     return m * m <= step_tolerance
 
 
+def held_settled(terms: list, X0: np.ndarray, X1: np.ndarray,
+                 step_tolerance: float | None) -> bool:
+    """Whether the parts that terms hold constant in their linearization (a term's
+    ``held_change(X0, X1)``: the largest whitened change of those parts between the
+    linearization point X0 and the update X1, e.g. the jerk of the Hermite rule's links) moved
+    by at most ``step_tolerance``.  The linearization does not see them, so their change is
+    residual the update leaves, not covered by Newton's quadratic estimate of
+    :func:`step_converged`: it is bounded like the error that test allows."""
+    if step_tolerance is None:
+        return True
+    for term in terms:
+        change = getattr(term, "held_change", None)
+        if change is not None and not change(X0, X1) <= step_tolerance:
+            return False
+    return True
+
+
 def residual_floor(step_tolerance: float | None) -> float:
     """The error 1/2 |r|^2 of whitened (dimensionless) residuals whose norm is
     ``step_tolerance``: a square problem whose error is below it is solved to the accuracy
@@ -399,7 +416,8 @@ def optimize(
                 trial = 0
                 converged = (err <= absolute_tolerance
                              or (decrease <= relative_tolerance * err and not square)
-                             or model_exact or small_step)
+                             or ((model_exact or small_step)
+                                 and held_settled(terms, prev_X, Y, step_tolerance)))
                 accepted = True
                 break
             if lam == 0.0 and trial < watchdog and np.isfinite(new_err):

@@ -58,7 +58,7 @@ import scipy.stats
 from mbfg.errors import ConvergenceError, MbfgError
 from mbfg.graphs.batch_term import BatchTerm, add_blocks, block
 from mbfg.graphs.linear_blocks import UnaryLinear
-from mbfg.solvers.batch import optimize, residual_floor, step_converged
+from mbfg.solvers.batch import held_settled, optimize, residual_floor, step_converged
 from mbfg.solvers.sparse import SPARSE_MIN_UNKNOWNS, assemble, solve_sparse
 
 if TYPE_CHECKING:
@@ -480,7 +480,7 @@ class FixedLagSmoother:
     def _extrapolate(self, x):
         a_prev = getattr(self, "_a_prev", None)
         lay = self.layout
-        if a_prev is None or self.problem.settings.integrator != "trapezoidal" \
+        if a_prev is None or self.problem.settings.integrator not in ("trapezoidal", "hermite") \
                 or a_prev.shape != x[self._a_slice].shape:
             return x @ self.P_T
         dt = self.problem.settings.dt
@@ -769,7 +769,8 @@ class FixedLagSmoother:
             it += 1
             W_prev, prev_err = W, err
             W = W + D
-            if self._converged(D, predicted, err):
+            if self._converged(D, predicted, err) \
+                    and held_settled(terms, W_prev, W, self.step_tolerance):
                 converged = True  # W + D is the (free) last Gauss-Newton step
                 break
         if not converged and self.on_failure == "best":
