@@ -48,7 +48,7 @@ def row(label, solver, run, ref, mech, steps):
     extra = ""
     if res.stats.get("switches"):
         extra = f" ({len(res.stats['switches'])} coordinate switches)"
-    return (f"| {label} | {solver}{extra} | {err:.4f} | {phi:.1e} | {1e3 * total / steps:.3f} | "
+    return (f"| {label} | {solver}{extra} | {err:.4g} | {phi:.1e} | {1e3 * total / steps:.3f} | "
             f"{total:.2f} |")
 
 
