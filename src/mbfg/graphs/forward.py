@@ -95,9 +95,10 @@ class ForwardSettings:
                              f"got {self.integrator!r}")
 
 
-#: time step of the hermite rule's central jerk difference, in dt (its truncation error,
-#: (omega h)^2 relative, and its rounding error, eps / (omega h), are far below what the rule
-#: needs, (omega dt)^3 / 60, for motions of 1e-3 <= omega dt <= 1)
+#: time step of the hermite rule's central jerk difference, in dt: its truncation error,
+#: (omega h)^2 relative, and its rounding error, eps / (omega h), are below what the rule
+#: needs, (omega dt)^3 / 60, for motions of 3e-3 <= omega dt <= 1; slower ones are solved to
+#: rounding level either way (their jerk term is below 1e-16 of the velocity rows)
 JERK_STEP = 1e-3
 #: a fixed-lag window reuses the jerk of a state that moved by at most this fraction of the
 #: coordinates' scales (positions c, velocities c / dt) since it was computed: the reused
@@ -311,7 +312,11 @@ class ForwardProblem(_AppliedForces):
         c = self.scales.coordinates
         inverse_scale = 1.0 / np.concatenate([c, c / dt])
         single = StateDynamics(self.mech)
-        recent = [np.full(8, np.nan), np.zeros((8, 2 * n)), np.zeros((8, n)), 0]
+        # a ring of recent (time, state, jerk); the states start out of reach (NaN).  With
+        # forces that do not depend on time the window's terms are cached and reused at
+        # every step, so their ``times`` are those of the first window: match on the state
+        timed = callable(self.forces)
+        recent = [np.full(8, np.nan), np.full((8, 2 * n), np.nan), np.zeros((8, n)), 0]
 
         def forces(t):
             return tuple(forces_at(self.forces, t + s, n) for s in (h, -h))
@@ -319,12 +324,14 @@ class ForwardProblem(_AppliedForces):
         def one(t, S):
             times_, states, jerks, _ = recent
             near = np.max(np.abs(states - S) * inverse_scale, axis=1) <= JERK_REUSE
-            hit = np.flatnonzero(near & (times_ == t))
-            if hit.size:
-                return jerks[hit[0]]
+            if timed:
+                near &= times_ == t
+            hit = np.flatnonzero(near)
+            if hit.size:  # a copy: a later miss may overwrite the ring's slot
+                return jerks[hit[0]].copy()
             Qp, Qm = (None if Q is None else Q[0] for Q in forces(np.array([t])))
             j = jerk_along(self.mech, S[:n], S[n:], None, Qp, Qm, h, dynamics=single)
-            i = recent[3] = (recent[3] + 1) % times_.size  # a ring of recent states
+            i = recent[3] = (recent[3] + 1) % times_.size
             times_[i], states[i], jerks[i] = t, S, j
             return j
 

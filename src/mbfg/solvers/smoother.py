@@ -148,6 +148,13 @@ class HeldPredecessor(BatchTerm):
     def error(self, X: ArrayLike) -> float:
         return float(sum(t.error(self._pair(X)) for t in self.links))
 
+    def held_change(self, X0: ArrayLike, X1: ArrayLike) -> float:
+        """The links' :meth:`~mbfg.graphs.links.IntegratorLinks.held_change` (those that have
+        one) between the pairs (x_prev, X0[0]) and (x_prev, X1[0])."""
+        changes = [t.held_change(self._pair(X0), self._pair(X1)) for t in self.links
+                   if hasattr(t, "held_change")]
+        return max(changes, default=0.0)
+
     def coo(self, X: ArrayLike) -> tuple:
         """Sparse linearization (:meth:`BatchTerm.coo`): the links' entries on row 0."""
         if self.T is not None:
