@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mbfg.graphs import INTEGRATORS
 from mbfg.graphs.batch_term import BatchTerm
 
 if TYPE_CHECKING:
@@ -86,8 +87,8 @@ class IntegratorLinks(BatchTerm):
         self.layout = layout
         self.rows0 = np.asarray(rows0, int)
         self.dt = float(dt)
-        if scheme not in ("trapezoidal", "euler", "hermite"):
-            raise ValueError(f"integrator must be 'trapezoidal', 'hermite' or 'euler', "
+        if scheme not in INTEGRATORS:
+            raise ValueError(f"integrator must be one of {', '.join(INTEGRATORS)}, "
                              f"got {scheme!r}")
         if scheme == "hermite" and jerk is None:
             raise ValueError("the hermite rule needs the jerk of the integrated coordinates")
@@ -141,14 +142,17 @@ class IntegratorLinks(BatchTerm):
                              minlength=e.size)
         e = e.reshape(T, self._rows)
         if self.scheme == "hermite":
-            steps, inv = np.unique(np.concatenate([self.rows0, self.rows0 + 1]),
-                                   return_inverse=True)
-            J = self.jerk(steps, X[steps])                               # (S, d_all)
-            t, d = self._t, self._d
-            cols = self.jerk_columns
-            e[:, d:2 * d] += self.dt ** 2 / 12.0 * (J[inv[T:][:, None], cols]
-                                                     - J[inv[:T][:, None], cols])
+            e[:, self._d:2 * self._d] += self._jerk_terms(X)
         return e
+
+    def _jerk_terms(self, X):
+        """The Hermite rule's dt^2/12 (xddd_{k+1} - xddd_k) of every link, (T, d)."""
+        T = self.rows0.size
+        steps, inv = np.unique(np.concatenate([self.rows0, self.rows0 + 1]),
+                               return_inverse=True)
+        J = self.jerk(steps, np.asarray(X)[steps])                       # (S, n)
+        cols = self.jerk_columns
+        return self.dt ** 2 / 12.0 * (J[inv[T:][:, None], cols] - J[inv[:T][:, None], cols])
 
     def _linearization(self, X, jacobians=True):
         """Unweighted residual (T, rows) and, if asked, dense Jacobian blocks on x_k and
@@ -215,18 +219,13 @@ class IntegratorLinks(BatchTerm):
         constant, between X0 and X1: the Hermite rule's jerk terms (0 for the other rules)."""
         if self.scheme != "hermite":
             return 0.0
-        steps = np.unique(np.concatenate([self.rows0, self.rows0 + 1]))
-        J0, J1 = self.jerk(steps, np.asarray(X0)[steps]), self.jerk(steps, np.asarray(X1)[steps])
-        pos = np.searchsorted(steps, self.rows0)
-        dJ = J1 - J0
-        change = np.abs(dJ[pos + 1][self._t, self.jerk_columns]
-                        - dJ[pos][self._t, self.jerk_columns])
+        change = np.abs(self._jerk_terms(X1) - self._jerk_terms(X0))
         if self.jerk_step:  # less the difference's rounding error at both ends, both states
             X1, r0 = np.asarray(X1), self.rows0[:, None]
             acc = np.abs(X1[r0, self._acc]) + np.abs(X1[r0 + 1, self._acc])
-            change = np.maximum(change - 16.0 * np.finfo(float).eps / self.jerk_step * acc, 0.0)
-        whitened = change * self.weights[:, self._d:2 * self._d] * self.dt ** 2 / 12.0
-        return float(np.max(whitened, initial=0.0))
+            change = np.maximum(change - self.dt ** 2 / 12.0 * 16.0 * np.finfo(float).eps
+                                / self.jerk_step * acc, 0.0)
+        return float(np.max(change * self.weights[:, self._d:2 * self._d], initial=0.0))
 
     def coo(self, X: ArrayLike) -> tuple:
         """Sparse linearization (:meth:`BatchTerm.coo`): the constant integrator entries,
