@@ -300,10 +300,12 @@ class ForwardProblem(_AppliedForces):
         """(rows, X[rows]) -> jerk (len(rows), n) of the model at each step's (q, v)
         (:func:`mbfg.model.dynamics.jerk_along`, a function of the state alone).
 
-        Long ranges (a batch segment) are evaluated in one vectorized call.  Short ones (a
-        fixed-lag window) state by state with the fused single-state dynamics, reusing the
-        jerk of a recent state within ``JERK_REUSE`` of the coordinates' scales: a window is
-        re-solved at every step, and its older steps move only by rounding."""
+        Long ranges (a batch segment) are evaluated in one vectorized call, remembered for
+        the last few step arrays (a solver evaluates the error, the linearization and the
+        convergence test at the same iterate).  Short ones (a fixed-lag window) state by state
+        with the fused single-state dynamics, reusing the jerk of a recent state within
+        ``JERK_REUSE`` of the coordinates' scales: a window is re-solved at every step, and
+        its older steps move only by rounding."""
         from mbfg.model.dynamics import StateDynamics, jerk_along
         lay, dt, n = self.layout, self.settings.dt, self.mech.n
         times = np.asarray(steps, float) * dt
@@ -335,12 +337,19 @@ class ForwardProblem(_AppliedForces):
             times_[i], states[i], jerks[i] = t, S, j
             return j
 
+        arrays: dict = {}  # (rows, states) -> jerk of the last few vectorized calls
+
         def jerk(rows, X):
             S = X[:, cols]
-            if len(rows) > 8:
+            if len(rows) <= 8:
+                return np.array([one(times[r], s) for r, s in zip(rows, S)])
+            key = (np.asarray(rows).tobytes(), S.tobytes())
+            if key not in arrays:
+                if len(arrays) >= 4:
+                    arrays.pop(next(iter(arrays)))
                 Qp, Qm = forces(times[rows])
-                return jerk_along(self.mech, S[:, :n], S[:, n:], None, Qp, Qm, h)
-            return np.array([one(times[r], s) for r, s in zip(rows, S)])
+                arrays[key] = jerk_along(self.mech, S[:, :n], S[:, n:], None, Qp, Qm, h)
+            return arrays[key]
         return jerk
 
     def terms(
