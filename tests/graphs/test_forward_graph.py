@@ -150,6 +150,40 @@ def test_hermite_link_jacobians_hold_the_jerk(name, coords):
     np.testing.assert_array_equal(term.blocks(X)[2], e)   # the same residual at X
 
 
+@pytest.mark.parametrize("name", ["fourbar", "slider-crank", "pick-and-place-robot"])
+@pytest.mark.parametrize("coords", ["dependent", "independent"])
+def test_hermite_link_jacobians_when_exact(name, coords):
+    """Linearized exactly (for fast motions, where holding the jerk converges slowly), the
+    Hermite links' blocks are the central-difference Jacobian of the live rows, time-varying
+    forces included, and the residual is the same as when the jerk is held."""
+    mech = load(name)
+    dt = 1e-2
+    problem = make_problem(mech, dt, coords, "hermite", None, mech.q0,
+                           ForwardSettings(dt=dt, integrator="hermite"),
+                           forces=lambda t: (1.0 + t / dt) * np.linspace(-1, 1, mech.n))
+    X = _two_steps(name, problem, np.random.default_rng(7))
+    X[:, problem.layout.slice("alpha")] = 0.0
+    plan = problem.link_plan(X[1:])
+    (term,) = [t for t in problem.window_terms([3, 4], plan) if isinstance(t, IntegratorLinks)]
+    held = term.blocks(X)[2]
+    assert term.linearize_exactly() and not term.linearize_exactly()
+    rows, (A0, A1), e = term.blocks(X)
+    np.testing.assert_array_equal(e, held)
+    assert term.held_change(X, X + 1.0) == 0.0     # nothing is held
+    dim = problem.layout.dim
+
+    def residual(x):
+        return term.blocks(x.reshape(2, dim))[2][0]
+
+    check_jacobian(residual, X.ravel(), np.hstack([A0[0], A1[0]]),
+                   name=f"{name} {coords} exact hermite links")
+    i, j, v, e_coo = term.coo(X)                   # the sparse linearization agrees
+    A = np.zeros((e.size, 2 * dim))
+    np.add.at(A, (i, j), v)
+    np.testing.assert_allclose(A, np.hstack([A0[0], A1[0]]), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(e_coo, e)
+
+
 @pytest.mark.parametrize("name, solver, coords", [("fourbar", "batch", "dependent"),
                                                   ("slider-crank", "smoother", "independent")])
 def test_hermite_rule_is_fourth_order(name, solver, coords):

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 import mbfg
-from conftest import fd_states, load
-from mbfg.model.dynamics import forward_dynamics, jerk_along
+from conftest import FD_MECHANISMS, MOTOR_FOURBAR, fd_states, load
+from mbfg.model.dynamics import forward_dynamics, jerk_along, jerk_jacobians
+from mbfg.testing import check_jacobian, random_assembled_state
 
 PENDULUM = """
 points:
@@ -54,3 +55,26 @@ def test_given_accelerations_are_followed():
     np.testing.assert_allclose(jerk_along(mech, q[None], v[None], a[None], None, None, h),
                                jerk_along(mech, q[None], v[None], None, None, None, h),
                                rtol=0, atol=1e-12 * np.abs(a).max() / h)
+
+
+@pytest.mark.parametrize("name", FD_MECHANISMS + ["friction"])
+def test_jerk_jacobians_match_central_differences(name):
+    """The exact derivatives of the jerk (which the Hermite rule's links use where holding
+    the jerk constant converges slowly) against central differences of the jerk itself, on
+    every state of the Jacobian suites, with time-varying applied forces."""
+    if name == "friction":
+        mech = mbfg.mechanism_from_yaml(MOTOR_FOURBAR)
+        states = [random_assembled_state(mech, np.random.default_rng(s)) for s in range(3)]
+    else:
+        mech, states = fd_states(name)
+    rng = np.random.default_rng(7)
+    h = 1e-4
+    for q, qd, _ in states:
+        Qp, Qm = rng.normal(size=(2, 1, mech.n))
+        got = jerk_jacobians(mech, q[None], qd[None], Qp, Qm, h)
+        np.testing.assert_allclose(got.jerk, jerk_along(mech, q[None], qd[None], None, Qp, Qm,
+                                                        h), rtol=1e-9, atol=1e-9)
+        check_jacobian(lambda x: jerk_along(mech, x[None], qd[None], None, Qp, Qm, h)[0], q,
+                       got.d_q[0], name=f"{name} dJ/dq", rtol=1e-5)
+        check_jacobian(lambda x: jerk_along(mech, q[None], x[None], None, Qp, Qm, h)[0], qd,
+                       got.d_qd[0], name=f"{name} dJ/dqd", rtol=1e-5)

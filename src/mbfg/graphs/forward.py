@@ -285,20 +285,23 @@ class ForwardProblem(_AppliedForces):
                       self.scales.energy(self.settings.dt))
             if mech.friction_elements:
                 energy += (lambda q, v: friction_force_jacobians(mech, q, v),)
-            jerk = cols = None
+            jerk = cols = jerk_jacobian = None
             if self.settings.integrator == "hermite":
-                jerk = self._jerk_function(steps)
+                jerk, jerk_jacobian = self._jerk_function(steps)
                 cols = idx if self.coords == "dependent" else np.asarray(self.indices)[idx]
             terms.append(IntegratorLinks(lay, rows[:-1], self.settings.dt,
                                          self.settings.integrator, slots, idx, scale, energy,
                                          energy_rows=with_energy, jerk=jerk, jerk_columns=cols,
-                                         jerk_step=JERK_STEP * self.settings.dt))
+                                         jerk_step=JERK_STEP * self.settings.dt,
+                                         jerk_jacobian=jerk_jacobian))
         terms.append(T.StackedTerm(lay, rows, fams))
         return terms
 
     def _jerk_function(self, steps):
-        """(rows, X[rows]) -> jerk (len(rows), n) of the model at each step's (q, v)
-        (:func:`mbfg.model.dynamics.jerk_along`, a function of the state alone).
+        """Two functions of (rows, X[rows]): the jerk (len(rows), n) of the model at each
+        step's (q, v) (:func:`mbfg.model.dynamics.jerk_along`, a function of the state
+        alone), and its derivatives (len(rows), n, 2n) with respect to (q, v)
+        (:func:`mbfg.model.dynamics.jerk_jacobians`).
 
         Long ranges (a batch segment) are evaluated in one vectorized call, remembered for
         the last few step arrays (a solver evaluates the error, the linearization and the
@@ -306,7 +309,7 @@ class ForwardProblem(_AppliedForces):
         with the fused single-state dynamics, reusing the jerk of a recent state within
         ``JERK_REUSE`` of the coordinates' scales: a window is re-solved at every step, and
         its older steps move only by rounding."""
-        from mbfg.model.dynamics import StateDynamics, jerk_along
+        from mbfg.model.dynamics import StateDynamics, jerk_along, jerk_jacobians
         lay, dt, n = self.layout, self.settings.dt, self.mech.n
         times = np.asarray(steps, float) * dt
         h = JERK_STEP * dt
@@ -323,26 +326,28 @@ class ForwardProblem(_AppliedForces):
         def forces(t):
             return tuple(forces_at(self.forces, t + s, n) for s in (h, -h))
 
-        def one(t, S):
+        def short(rows, S):  # state by state, each from the ring if a recent one is near
             times_, states, jerks, _ = recent
-            near = np.max(np.abs(states - S) * inverse_scale, axis=1) <= JERK_REUSE
+            near = np.max(np.abs(states[None] - S[:, None]) * inverse_scale, axis=2) <= JERK_REUSE
             if timed:
-                near &= times_ == t
-            hit = np.flatnonzero(near)
-            if hit.size:  # a copy: a later miss may overwrite the ring's slot
-                return jerks[hit[0]].copy()
-            Qp, Qm = (None if Q is None else Q[0] for Q in forces(np.array([t])))
-            j = jerk_along(self.mech, S[:n], S[n:], None, Qp, Qm, h, dynamics=single)
-            i = recent[3] = (recent[3] + 1) % times_.size
-            times_[i], states[i], jerks[i] = t, S, j
-            return j
+                near &= times_[None] == times[rows][:, None]
+            first = near.argmax(axis=1)
+            out = jerks[first]  # a copy: a later miss may overwrite the ring's slot
+            for k in np.flatnonzero(~near[np.arange(len(rows)), first]):
+                t = times[rows[k]]
+                Qp, Qm = (None if Q is None else Q[0] for Q in forces(np.array([t])))
+                out[k] = jerk_along(self.mech, S[k, :n], S[k, n:], None, Qp, Qm, h,
+                                    dynamics=single)
+                i = recent[3] = (recent[3] + 1) % times_.size
+                times_[i], states[i], jerks[i] = t, S[k], out[k]
+            return out
 
         arrays: dict = {}  # (rows, states) -> jerk of the last few vectorized calls
 
         def jerk(rows, X):
             S = X[:, cols]
             if len(rows) <= 8:
-                return np.array([one(times[r], s) for r, s in zip(rows, S)])
+                return short(np.asarray(rows), S)
             key = (np.asarray(rows).tobytes(), S.tobytes())
             if key not in arrays:
                 if len(arrays) >= 4:
@@ -350,7 +355,13 @@ class ForwardProblem(_AppliedForces):
                 Qp, Qm = forces(times[rows])
                 arrays[key] = jerk_along(self.mech, S[:, :n], S[:, n:], None, Qp, Qm, h)
             return arrays[key]
-        return jerk
+
+        def jacobian(rows, X):
+            S = X[:, cols]
+            Qp, Qm = forces(times[rows])
+            d = jerk_jacobians(self.mech, S[:, :n], S[:, n:], Qp, Qm, h)
+            return np.concatenate([d.d_q, d.d_qd], axis=2)
+        return jerk, jacobian
 
     def terms(
         self, steps: ArrayLike, q_start: ArrayLike, v_start: ArrayLike, plan: np.ndarray | None = None

@@ -78,12 +78,17 @@ class IntegratorLinks(BatchTerm):
     jerk_step : float, optional
         The time step h [s] of the jerk's central difference: its rounding error, about
         eps |xdd| / h, is the floor of :meth:`held_change`.
+    jerk_jacobian : callable (rows (S,), X[rows] (S, dim)) -> (S, n, 2n), optional
+        The derivatives of that jerk with respect to (q, v) at the given rows
+        (:func:`mbfg.model.dynamics.jerk_jacobians`): with them the links can be linearized
+        exactly (:meth:`linearize_exactly`) instead of holding the jerk constant.
     """
 
     arity = 2
 
     def __init__(self, layout, rows0, dt, scheme, slots, indices, scale, energy=None,
-                 energy_rows=None, jerk=None, jerk_columns=None, jerk_step=None):
+                 energy_rows=None, jerk=None, jerk_columns=None, jerk_step=None,
+                 jerk_jacobian=None):
         self.layout = layout
         self.rows0 = np.asarray(rows0, int)
         self.dt = float(dt)
@@ -92,7 +97,14 @@ class IntegratorLinks(BatchTerm):
                              f"got {scheme!r}")
         if scheme == "hermite" and jerk is None:
             raise ValueError("the hermite rule needs the jerk of the integrated coordinates")
-        self.jerk, self.jerk_step = jerk, jerk_step
+        self.jerk, self.jerk_step, self.jerk_jacobian = jerk, jerk_step, jerk_jacobian
+        self.exact = False  # hermite: linearize the jerk terms (else hold them constant)
+        self._jerk_memo: dict = {}  # X -> jerk terms, for the last few X
+        # the distinct steps the links touch (consecutive links share one) and each link's
+        # two ends among them
+        self._steps, inv = np.unique(np.concatenate([self.rows0, self.rows0 + 1]),
+                                     return_inverse=True)
+        self._ends = (inv[:self.rows0.size], inv[self.rows0.size:])
         self.scheme = scheme
         self.energy = energy if scheme == "trapezoidal" else None
         idx = np.asarray(indices, int).reshape(self.rows0.size, -1)
@@ -145,14 +157,41 @@ class IntegratorLinks(BatchTerm):
             e[:, self._d:2 * self._d] += self._jerk_terms(X)
         return e
 
+    def linearize_exactly(self, on: bool = True) -> bool:
+        """Linearize the Hermite rule's jerk terms with their exact derivatives (``on``) or
+        hold them constant (the default: their derivatives are O((omega dt)^2) of the rows',
+        so Newton converges nearly as fast, at a third of the cost).  A fast motion, whose
+        held iteration converges only slowly, needs them.  Returns whether the mode
+        changed (False for the other rules, or without ``jerk_jacobian``)."""
+        on = bool(on) and self.scheme == "hermite" and self.jerk_jacobian is not None
+        changed, self.exact = on != self.exact, on
+        return changed
+
     def _jerk_terms(self, X):
         """The Hermite rule's dt^2/12 (xddd_{k+1} - xddd_k) of every link, (T, d)."""
-        T = self.rows0.size
-        steps, inv = np.unique(np.concatenate([self.rows0, self.rows0 + 1]),
-                               return_inverse=True)
-        J = self.jerk(steps, np.asarray(X)[steps])                       # (S, n)
-        cols = self.jerk_columns
-        return self.dt ** 2 / 12.0 * (J[inv[T:][:, None], cols] - J[inv[:T][:, None], cols])
+        return self._jerk_parts(X, False)[0]
+
+    def _jerk_parts(self, X, derivatives):
+        """The jerk terms (T, d) and, with ``derivatives``, their Jacobians (dt^2/12 times
+        those of the jerk at either end: (T, d, 2n) on (q_k, v_k) and on (q_{k+1}, v_{k+1}),
+        else None), remembered for the last few X (a solve evaluates the error, the
+        linearization and the convergence tests at the same iterate)."""
+        X = np.asarray(X)
+        key = (X.shape, X.tobytes())
+        parts = self._jerk_memo.get(key)
+        if parts is None or (derivatives and parts[1] is None):
+            steps = self._steps
+            J = self.jerk(steps, X[steps])                               # (S, n)
+            cols, c = self.jerk_columns, self.dt ** 2 / 12.0
+            i0, i1 = self._ends[0][:, None], self._ends[1][:, None]
+            dJ = None
+            if derivatives:
+                dJ = c * self.jerk_jacobian(steps, X[steps])             # (S, n, 2n)
+                dJ = (dJ[i0, cols], dJ[i1, cols])
+            if len(self._jerk_memo) >= 4:
+                self._jerk_memo.pop(next(iter(self._jerk_memo)))
+            parts = self._jerk_memo[key] = (c * (J[i1, cols] - J[i0, cols]), dJ)
+        return parts
 
     def _linearization(self, X, jacobians=True):
         """Unweighted residual (T, rows) and, if asked, dense Jacobian blocks on x_k and
@@ -165,6 +204,11 @@ class IntegratorLinks(BatchTerm):
             A0, A1 = (np.zeros((self.rows0.size, self._rows, X.shape[1])) for _ in range(2))
             for A, (tt, i, j, v) in zip((A0, A1), self._const):
                 A[tt, i, j] = v  # the entries of one end are distinct
+        if jacobians and self.exact:
+            dJ0, dJ1 = self._jerk_parts(X, True)[1]
+            qv = np.r_[lay.slice("q"), lay.slice("v")]
+            A0[:, d:2 * d, qv] -= dJ0
+            A1[:, d:2 * d, qv] += dJ1
         if self.scheme == "trapezoidal":
             alpha = x1[:, lay.offset("alpha")]
             vbar = 0.5 * (x0[t, self._vel] + x1[t, self._vel])
@@ -193,10 +237,8 @@ class IntegratorLinks(BatchTerm):
         fw = np.zeros_like(v0) if Q is None else 0.25 * dt * (Q[:-1] + Q[1:])
         if friction is not None:  # state-dependent forces: Q_f(q_k, v_k), Q_f(q_k+1, ...)
             # once per distinct step (consecutive links share one)
-            steps, inv = np.unique(np.concatenate([self.rows0, self.rows0 + 1]),
-                                   return_inverse=True)
+            steps, (i0, i1) = self._steps, self._ends
             Fq, Fdq, Fdv = friction(X[steps, lay.slice("q")], X[steps, lay.slice("v")])
-            i0, i1 = inv[:self.rows0.size], inv[self.rows0.size:]
             F0, F1 = (Fq[i0], Fdq[i0], Fdv[i0]), (Fq[i1], Fdq[i1], Fdv[i1])
             fw = fw + 0.25 * dt * (F0[0] + F1[0])
         r3 = (0.5 * (np.sum(v1 * Mv1, axis=1) - np.sum(v0 * Mv0, axis=1))
@@ -217,7 +259,7 @@ class IntegratorLinks(BatchTerm):
     def held_change(self, X0: ArrayLike, X1: ArrayLike) -> float:
         """The largest whitened change of the rows' parts that the linearization holds
         constant, between X0 and X1: the Hermite rule's jerk terms (0 for the other rules)."""
-        if self.scheme != "hermite":
+        if self.scheme != "hermite" or self.exact:
             return 0.0
         change = np.abs(self._jerk_terms(X1) - self._jerk_terms(X0))
         if self.jerk_step:  # less the difference's rounding error at both ends, both states
@@ -251,6 +293,14 @@ class IntegratorLinks(BatchTerm):
                    np.broadcast_to(base1 + lay.offset("alpha"), r.shape).ravel()]
             vv += [half.ravel(), half.ravel(), -vbar.ravel()]
             e[:, d:2 * d] -= alpha[:, None] * vbar
+        if self.exact:
+            r = (t * rows + d + self._r)[:, :, None]                     # (T, d, 1)
+            qv = np.r_[lay.slice("q"), lay.slice("v")]
+            for shift, (sign, dJ) in enumerate(zip((-1.0, 1.0), self._jerk_parts(X, True)[1])):
+                cols = ((self.rows0 + shift) * dim)[:, None, None] + qv
+                ii.append(np.broadcast_to(r, dJ.shape).ravel())
+                jj.append(np.broadcast_to(cols, dJ.shape).ravel())
+                vv.append(sign * dJ.ravel())
         if self.energy is not None:
             e[:, 2 * d], grads = self._energy(X, x0, x1, True)
             r = np.arange(T)[:, None] * rows + 2 * d

@@ -200,6 +200,56 @@ def jerk_along(mech: Mechanism, q: ArrayLike, qd: ArrayLike, qdd: ArrayLike | No
     return (a[:T] - a[T:]) / (2.0 * h)
 
 
+@dataclass(frozen=True)
+class JerkJacobians:
+    """The jerk of :func:`jerk_along` (with the model's own accelerations) and its exact
+    derivatives.  Shapes: jerk (T, n); d_q, d_qd (T, n, n)."""
+    jerk: np.ndarray
+    d_q: np.ndarray
+    d_qd: np.ndarray
+
+
+def jerk_jacobians(mech: Mechanism, q: ArrayLike, qd: ArrayLike, Q_plus: ArrayLike | None,
+                   Q_minus: ArrayLike | None, h: float) -> JerkJacobians:
+    """The jerk J(q, qd) of :func:`jerk_along` with ``qdd=None`` and its derivatives with
+    respect to q and qd, exact for that central difference.
+
+    With A(q, qd) the accelerations (Eq. 6), a0 = A(q, qd) and A+-, A_q+-, A_qd+- the
+    accelerations and their Jacobians (Eqs. 28d-g, :func:`forward_dynamics_jacobians`) at
+    (q +- h qd, qd +- h a0), J = (A+ - A-) / (2h) and by the chain rule
+
+        dJ/dq  = (A_q+ - A_q-) / (2h) + (A_qd+ + A_qd-)/2 A_q(q, qd)
+        dJ/dqd = (A_q+ + A_q-)/2 + (A_qd+ - A_qd-) / (2h) + (A_qd+ + A_qd-)/2 A_qd(q, qd)
+
+    Parameters
+    ----------
+    q, qd : (T, n)
+        Positions and velocities.
+    Q_plus, Q_minus : (T, n) or None
+        Applied forces at t +- h (None: none).
+    h : float
+        Time step of the difference [s].
+
+    Returns
+    -------
+    JerkJacobians
+        jerk (T, n) [m/s^3, rad/s^3]; d_q (T, n, n) [1/s^3]; d_qd (T, n, n) [1/s^2].
+    """
+    q, qd = np.asarray(q, float), np.asarray(qd, float)
+    Qc = None if Q_plus is None else 0.5 * (np.asarray(Q_plus) + np.asarray(Q_minus))
+    d0 = forward_dynamics_jacobians(mech, q, qd, Qc, force_jacobian=False)
+    hq, hv = h * qd, h * d0.qdd
+    Q = None if Q_plus is None else np.stack([np.asarray(Q_plus), np.asarray(Q_minus)])
+    d = forward_dynamics_jacobians(mech, np.stack([q + hq, q - hq]),
+                                   np.stack([qd + hv, qd - hv]), Q, force_jacobian=False)
+    qd_mean = 0.5 * (d.d_qd[0] + d.d_qd[1])
+    return JerkJacobians(
+        jerk=(d.qdd[0] - d.qdd[1]) / (2.0 * h),
+        d_q=(d.d_q[0] - d.d_q[1]) / (2.0 * h) + qd_mean @ d0.d_q,
+        d_qd=0.5 * (d.d_q[0] + d.d_q[1]) + (d.d_qd[0] - d.d_qd[1]) / (2.0 * h)
+        + qd_mean @ d0.d_qd)
+
+
 class StateDynamics:
     """:func:`forward_dynamics` for one state at a time, fused: ``StateDynamics(mech)(q, qd,
     Q)`` gives qddot (n,) of Eq. (5)-(6) (no Baumgarte terms) from the single-state
@@ -591,7 +641,8 @@ def inverse_dynamics(
 
 __all__ = [
     "Baumgarte", "DynamicsJacobians", "EquationsOfMotion", "equations_of_motion", "multipliers",
-    "forward_dynamics", "forward_dynamics_jacobians", "StateDynamics",
+    "forward_dynamics", "forward_dynamics_jacobians", "StateDynamics", "jerk_along",
+    "JerkJacobians", "jerk_jacobians",
     "independent_dynamics", "independent_dynamics_jacobians", "inverse_dynamics",
     "IndependentState", "independent_state", "ManifoldJacobians", "manifold_jacobians"
 ]

@@ -96,6 +96,23 @@ def held_settled(terms: list, X0: np.ndarray, X1: np.ndarray,
     return True
 
 
+def linearize_exactly(terms: list, on: bool = True) -> bool:
+    """Ask the terms that hold parts of their rows constant in their linearization (those
+    with a ``linearize_exactly`` method, e.g. the Hermite rule's jerk terms,
+    :meth:`mbfg.graphs.links.IntegratorLinks.linearize_exactly`) to linearize them exactly
+    (``on``) or to hold them again.  Holding them is cheaper and converges nearly as fast on
+    a motion that is slow at the time step; where the held parts are what keeps a solve from
+    converging (they moved more than :func:`held_settled` allows after a step that was
+    converged otherwise, or the error rose), the solvers switch to the exact derivatives,
+    with which Newton converges quadratically.  Returns whether any term changed."""
+    changed = False
+    for term in terms:
+        switch = getattr(term, "linearize_exactly", None)
+        if switch is not None:
+            changed = switch(on) or changed
+    return changed
+
+
 def residual_floor(step_tolerance: float | None) -> float:
     """The error 1/2 |r|^2 of whitened (dimensionless) residuals whose norm is
     ``step_tolerance``: a square problem whose error is below it is solved to the accuracy
@@ -414,10 +431,14 @@ def optimize(
                 small_step = lam == 0.0 and step_converged(Y - prev_X, step_scale, step_tolerance)
                 lam = 0.0 if lam <= initial_lambda else lam / 10.0
                 trial = 0
+                settled = True
+                if model_exact or small_step:
+                    settled = held_settled(terms, prev_X, Y, step_tolerance)
+                    if not settled:  # the held parts are what is left: linearize them
+                        linearize_exactly(terms)
                 converged = (err <= absolute_tolerance
                              or (decrease <= relative_tolerance * err and not square)
-                             or ((model_exact or small_step)
-                                 and held_settled(terms, prev_X, Y, step_tolerance)))
+                             or ((model_exact or small_step) and settled))
                 accepted = True
                 break
             if lam == 0.0 and trial < watchdog and np.isfinite(new_err):
@@ -427,6 +448,8 @@ def optimize(
                 break
             if undamped_only:  # no damped solve of large causal graphs: see the docstring
                 break
+            if lam == 0.0:  # an undamped step failed: no part of it held from here on
+                linearize_exactly(terms)
             if trial:  # the watchdog steps did not pay off: back to the best point, damped
                 X, err, trial = best_X, best_err, 0
                 lam = initial_lambda

@@ -58,7 +58,8 @@ import scipy.stats
 from mbfg.errors import ConvergenceError, MbfgError
 from mbfg.graphs.batch_term import BatchTerm, add_blocks, block
 from mbfg.graphs.linear_blocks import UnaryLinear
-from mbfg.solvers.batch import held_settled, optimize, residual_floor, step_converged
+from mbfg.solvers.batch import (held_settled, linearize_exactly, optimize, residual_floor,
+                                step_converged)
 from mbfg.solvers.sparse import SPARSE_MIN_UNKNOWNS, assemble, solve_sparse
 
 if TYPE_CHECKING:
@@ -155,6 +156,10 @@ class HeldPredecessor(BatchTerm):
                    if hasattr(t, "held_change")]
         return max(changes, default=0.0)
 
+    def linearize_exactly(self, on: bool = True) -> bool:
+        """:func:`mbfg.solvers.batch.linearize_exactly` of the links."""
+        return linearize_exactly(self.links, on)
+
     def coo(self, X: ArrayLike) -> tuple:
         """Sparse linearization (:meth:`BatchTerm.coo`): the links' entries on row 0."""
         if self.T is not None:
@@ -185,6 +190,11 @@ freedom as prior rows): the sign of a wrong local minimum (angle +pi/8, seed 100
 force 14 sigma outside its prior).  Where the priors are met as expected the other starts are
 not tried: solving them at every step of the first window cost the review benchmark 0.4 ms
 per step."""
+
+EXACT_AFTER = 3
+"""Linear solves after which a window still unconverged linearizes the parts its terms hold
+constant exactly (:func:`mbfg.solvers.batch.linearize_exactly`): a window of a motion that
+is slow at the time step converges in one or two."""
 
 RESTARTED_ITERATIONS = 5
 """Linear solves each other start of those first windows gets while the priors are met (a
@@ -755,6 +765,10 @@ class FixedLagSmoother:
         it = 0
         W_prev, prev_err = W, np.inf
         converged = False
+        # the held parts of the terms (the Hermite rule's jerk) are held until they keep the
+        # solve from converging (see linearize_exactly); the window terms are reused by the
+        # next solves, which start held again
+        linearize_exactly(terms, False)
         while True:
             err, blocks = self._linearize(W, terms, keys)
             lin = (W, blocks)
@@ -776,10 +790,13 @@ class FixedLagSmoother:
             it += 1
             W_prev, prev_err = W, err
             W = W + D
-            if self._converged(D, predicted, err) \
-                    and held_settled(terms, W_prev, W, self.step_tolerance):
-                converged = True  # W + D is the (free) last Gauss-Newton step
-                break
+            if self._converged(D, predicted, err):
+                if held_settled(terms, W_prev, W, self.step_tolerance):
+                    converged = True  # W + D is the (free) last Gauss-Newton step
+                    break
+                linearize_exactly(terms)  # the held parts are what is left
+            elif it >= EXACT_AFTER:
+                linearize_exactly(terms)
         if not converged and self.on_failure == "best":
             W, err, it, lin = self._fallback(W, terms, keys, steps, it, limit)
             converged = True
@@ -821,6 +838,7 @@ class FixedLagSmoother:
         (with ``on_failure="best"``: a full solve of at most ``limit`` iterations that keeps
         its best point if it does not converge)."""
         self.fallbacks += 1
+        linearize_exactly(terms)
         keep_best = self.on_failure == "best"
         remaining = limit if keep_best else max(1, limit - it)
         try:
