@@ -6,13 +6,13 @@ import pytest
 
 import mbfg
 
-from conftest import fd_states, load
+from conftest import MOTOR_FOURBAR, fd_states, load
 from mbfg.graphs.forward import ForwardProblem, ForwardSettings
 from mbfg.graphs.links import IntegratorLinks
 from mbfg.drivers.forward_dynamics import make_problem, simulate_batch
 from mbfg.model.kinematics import release_state
 from mbfg.drivers.forward_dynamics import simulate_smoother
-from mbfg.testing import check_jacobian
+from mbfg.testing import check_jacobian, random_assembled_state
 
 
 def _two_steps(name, problem, rng):
@@ -81,13 +81,14 @@ def test_batch_segments_equal_one_graph(coords):
     np.testing.assert_allclose(parts.q, whole.q, rtol=0, atol=1e-10)
 
 
-def test_energy_is_conserved_without_applied_forces():
+@pytest.mark.parametrize("integrator", ["trapezoidal", "hermite"])
+def test_energy_is_conserved_without_applied_forces(integrator):
     """The discrete energy balance holds step by step (no applied forces: E constant), up to
     the few steps near rest that carry no energy row (measured: 1.4e-9 of the potential-energy
     swing over 2 s)."""
     from mbfg.model.inertia import kinetic_energy, potential_energy
     mech = load("fourbar")
-    res = simulate_smoother(mech, 2.0, 1e-3)
+    res = simulate_smoother(mech, 2.0, 1e-3, integrator=integrator)
     E = kinetic_energy(mech, res.qd) + potential_energy(mech, res.q)
     swing = np.ptp(potential_energy(mech, res.q))
     assert np.abs(E - E[0]).max() <= 1e-8 * swing
@@ -119,28 +120,46 @@ def test_time_varying_forces_follow_the_reference(solver):
     np.testing.assert_allclose(res.Q, forces(res.t[:, None]), rtol=0, atol=1e-12 * g)
 
 
-@pytest.mark.parametrize("name", ["fourbar", "slider-crank", "pick-and-place-robot"])
-@pytest.mark.parametrize("coords", ["dependent", "independent"])
-def test_hermite_link_jacobians_hold_the_jerk(name, coords):
-    """The Hermite rule's rows are linear in the step vectors apart from the jerk terms
-    dt^2/12 (j_{k+1} - j_k), which its linearization holds constant (their derivatives are
-    O((omega dt)^2) of the rows', docs/theory.md): with the jerk frozen at its value, the
-    blocks are the exact Jacobian; with it live they differ by that little."""
-    mech = load(name)
+def _hermite_links(name, coords, timed):
+    """(term, X, dim): the Hermite links of two random steps of a bundled mechanism (or the
+    motor four-bar with joint friction, "motor") under applied forces that vary in time
+    (``timed``) or are constant, with random alpha.  The energy row is on where the forces
+    conserve energy (constant, no friction), whatever the speed."""
+    mech = load(name) if name != "motor" else mbfg.mechanism_from_yaml(MOTOR_FOURBAR, "motor")
     dt = 1e-2
+    Q = np.linspace(-1, 1, mech.n)
     problem = make_problem(mech, dt, coords, "hermite", None, mech.q0,
                            ForwardSettings(dt=dt, integrator="hermite"),
-                           forces=lambda t: (1.0 + t / dt) * np.linspace(-1, 1, mech.n))
-    X = _two_steps(name, problem, np.random.default_rng(7))
-    X[:, problem.layout.slice("alpha")] = 0.0
+                           forces=(lambda t: (1.0 + t / dt) ** 2 * Q) if timed else Q)
+    rng = np.random.default_rng(7)
+    if name == "motor":
+        states = [random_assembled_state(mech, rng) for _ in range(2)]
+        X = np.stack([problem.pack(*s) for s in states])
+        X[:, problem.layout.slice("alpha")] = rng.normal(scale=0.1, size=(2, 1))
+    else:
+        X = _two_steps(name, problem, rng)
     plan = problem.link_plan(X[1:])
-    assert not plan[:, -1].any()          # no energy row
+    plan[:, -1] = problem.conserves_energy
     (term,) = [t for t in problem.window_terms([3, 4], plan) if isinstance(t, IntegratorLinks)]
+    assert (term.energy is not None) == (not timed and name != "motor")
+    return term, X, problem.layout.dim
+
+
+HERMITE_CASES = [("fourbar", True), ("fourbar", False), ("slider-crank", True),
+                 ("slider-crank", False), ("pick-and-place-robot", False), ("motor", True)]
+
+
+@pytest.mark.parametrize("name, timed", HERMITE_CASES)
+@pytest.mark.parametrize("coords", ["dependent", "independent"])
+def test_hermite_link_jacobians_hold_the_jerk(name, timed, coords):
+    """The Hermite rule's rows are linear in the step vectors apart from the jerk terms
+    dt^2/12 (j_{k+1} - j_k), which its linearization holds constant (their derivatives are
+    O((omega dt)^2) of the rows', docs/theory.md), and the energy row (conservative forces
+    only): with the jerk frozen at its value, the blocks are the exact Jacobian."""
+    term, X, dim = _hermite_links(name, coords, timed)
     rows, (A0, A1), e = term.blocks(X)
-    live = term.jerk
-    frozen = live(np.arange(2), X)
+    frozen = term.jerk(np.arange(2), X)
     term.jerk = lambda rows, Xr: frozen[rows]
-    dim = problem.layout.dim
 
     def residual(x):
         return term.blocks(x.reshape(2, dim))[2][0]
@@ -150,27 +169,18 @@ def test_hermite_link_jacobians_hold_the_jerk(name, coords):
     np.testing.assert_array_equal(term.blocks(X)[2], e)   # the same residual at X
 
 
-@pytest.mark.parametrize("name", ["fourbar", "slider-crank", "pick-and-place-robot"])
+@pytest.mark.parametrize("name, timed", HERMITE_CASES)
 @pytest.mark.parametrize("coords", ["dependent", "independent"])
-def test_hermite_link_jacobians_when_exact(name, coords):
+def test_hermite_link_jacobians_when_exact(name, timed, coords):
     """Linearized exactly (for fast motions, where holding the jerk converges slowly), the
-    Hermite links' blocks are the central-difference Jacobian of the live rows, time-varying
-    forces included, and the residual is the same as when the jerk is held."""
-    mech = load(name)
-    dt = 1e-2
-    problem = make_problem(mech, dt, coords, "hermite", None, mech.q0,
-                           ForwardSettings(dt=dt, integrator="hermite"),
-                           forces=lambda t: (1.0 + t / dt) * np.linspace(-1, 1, mech.n))
-    X = _two_steps(name, problem, np.random.default_rng(7))
-    X[:, problem.layout.slice("alpha")] = 0.0
-    plan = problem.link_plan(X[1:])
-    (term,) = [t for t in problem.window_terms([3, 4], plan) if isinstance(t, IntegratorLinks)]
+    Hermite links' blocks are the central-difference Jacobian of the live rows, and the
+    residual is the same as when the jerk is held."""
+    term, X, dim = _hermite_links(name, coords, timed)
     held = term.blocks(X)[2]
     assert term.linearize_exactly() and not term.linearize_exactly()
     rows, (A0, A1), e = term.blocks(X)
     np.testing.assert_array_equal(e, held)
     assert term.held_change(X, X + 1.0) == 0.0     # nothing is held
-    dim = problem.layout.dim
 
     def residual(x):
         return term.blocks(x.reshape(2, dim))[2][0]

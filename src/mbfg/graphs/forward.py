@@ -39,7 +39,7 @@ from mbfg.graphs import INTEGRATORS
 from mbfg.graphs import linear_blocks as L
 from mbfg.graphs import terms as T
 from mbfg.graphs.layout import StepLayout, dependent_layout, independent_layout
-from mbfg.graphs.links import IntegratorLinks
+from mbfg.graphs.links import EnergyBalance, IntegratorLinks
 from mbfg.model import constraints as C
 from mbfg.model.dynamics import forward_dynamics
 from mbfg.model.forces import forces_at
@@ -113,6 +113,13 @@ def _with_alpha(layout: StepLayout) -> StepLayout:
 
 class _AppliedForces:
     """What every forward problem computes from ``mech``, ``settings.dt`` and ``forces``."""
+
+    @property
+    def conserves_energy(self) -> bool:
+        """Whether every force has a potential: gravity, and applied forces that are constant
+        (or none), without friction.  The Hermite rule's links then carry the energy row
+        E_{k+1} = E_k (docs/theory.md)."""
+        return not callable(self.forces) and not self.mech.friction_elements
 
     def applied_forces(self, steps):
         """(T, n) applied forces at ``steps`` (times ``steps * dt``), or None."""
@@ -219,7 +226,9 @@ class ForwardProblem(_AppliedForces):
         else:
             idx = np.broadcast_to(np.arange(len(self.indices)), (x.shape[0], len(self.indices)))
         speed = np.max(np.abs(v) * self.settings.dt / self.scales.coordinates, axis=1)
-        energy = (speed >= self.settings.energy_speed) & (self.settings.integrator == "trapezoidal")
+        with_row = self.settings.integrator == "trapezoidal" or (
+            self.settings.integrator == "hermite" and self.conserves_energy)
+        energy = (speed >= self.settings.energy_speed) & with_row
         return np.column_stack([idx, energy.astype(int)])
 
     def window_terms(
@@ -281,10 +290,15 @@ class ForwardProblem(_AppliedForces):
             slots = ("z", "zd", "zdd")
             scale = self.scales.coordinates[ind]
         if steps.size > 1:
-            energy = (mech.mass_times, mech.gravity_forces(), Q,
-                      self.scales.energy(self.settings.dt))
-            if mech.friction_elements:
-                energy += (lambda q, v: friction_force_jacobians(mech, q, v),)
+            friction = (None if not mech.friction_elements
+                        else lambda q, v: friction_force_jacobians(mech, q, v))
+            energy = EnergyBalance(mech.mass_times, mech.gravity_forces(), Q,
+                                   self.scales.energy(self.settings.dt), friction)
+            if self.settings.integrator == "hermite":
+                # conservative forces only (conserves_energy): constant forces have a potential
+                energy = None if not self.conserves_energy else EnergyBalance(
+                    mech.mass_times, energy.gravity + (0.0 if Q is None else Q[0]), None,
+                    energy.scale)
             jerk = cols = jerk_jacobian = None
             if self.settings.integrator == "hermite":
                 jerk, jerk_jacobian = self._jerk_function(steps)

@@ -33,7 +33,7 @@ they are dimensionless (:mod:`mbfg.model.scales`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import numpy as np
 
@@ -42,6 +42,24 @@ from mbfg.graphs.batch_term import BatchTerm
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
+
+
+class EnergyBalance(NamedTuple):
+    """What the energy row of a range of links needs: the mechanism's energy and the forces
+    that do work, at the links' distinct steps (a contiguous range)."""
+    mass_times: Callable
+    """v (..., n) -> M v: the constant mass matrix of natural coordinates."""
+    gravity: np.ndarray
+    """(n,) constant generalized forces with a potential (gravity, and with the Hermite
+    rule also constant applied forces): E = 1/2 v M v - gravity . q."""
+    forces: np.ndarray | None
+    """(S, n) applied generalized forces at the steps (trapezoidal rule only), or None."""
+    scale: float
+    """Energy scale of the row [J] (m ell^2 / dt^2, :mod:`mbfg.model.scales`)."""
+    friction: Callable | None = None
+    """(q, v) (S, n) -> (Q_f, dQ_f/dq, dQ_f/dv) of state-dependent forces
+    (:func:`mbfg.model.nonconservative.friction_force_jacobians`; trapezoidal rule only),
+    or None."""
 
 
 class IntegratorLinks(BatchTerm):
@@ -63,11 +81,10 @@ class IntegratorLinks(BatchTerm):
         Components of those slots integrated by each link.
     scale : (T, d) float
         Scale of each integrated coordinate [m or rad].
-    energy : tuple (v -> M v, Q_g (n,), Q (T + 1, n) or None, energy scale [J][, friction])
-        The energy row (trapezoidal only); Q are the applied forces at rows0[0] .. rows0[-1]+1;
-        ``friction`` (optional): (q, v) -> (Q_f, dQ_f/dq, dQ_f/dv) of state-dependent forces
-        (:func:`mbfg.model.nonconservative.friction_force_jacobians`), whose work enters the
-        balance at both ends of the link.
+    energy : EnergyBalance, optional
+        The energy row (rows0 must be contiguous): its forces are those at rows0[0] ..
+        rows0[-1] + 1.  With the Hermite rule, only for conservative forces (no ``forces``,
+        no ``friction``; constant applied forces go into ``gravity``).
     energy_rows : (T,) bool, optional
         Links that carry the energy row (default all); on the others it has zero weight and
         their alpha must be held by a prior.
@@ -106,7 +123,10 @@ class IntegratorLinks(BatchTerm):
                                      return_inverse=True)
         self._ends = (inv[:self.rows0.size], inv[self.rows0.size:])
         self.scheme = scheme
-        self.energy = energy if scheme == "trapezoidal" else None
+        self.energy = energy if scheme in ("trapezoidal", "hermite") else None
+        if scheme == "hermite" and energy is not None and (energy.forces is not None
+                                                          or energy.friction is not None):
+            raise ValueError("the hermite rule's energy row is for conservative forces only")
         idx = np.asarray(indices, int).reshape(self.rows0.size, -1)
         T, d = idx.shape
         scale = np.broadcast_to(np.asarray(scale, float), idx.shape)
@@ -115,7 +135,7 @@ class IntegratorLinks(BatchTerm):
         w[:, :d], w[:, d:2 * d] = 1.0 / scale, dt / scale
         if self.energy is not None:
             on = np.ones(T, bool) if energy_rows is None else np.asarray(energy_rows, bool)
-            w[:, 2 * d] = on / self.energy[3]
+            w[:, 2 * d] = on / self.energy.scale
         self.weights = w
         # constant (unweighted) coefficients of the integrator rows on x_k and x_{k+1}, as
         # entry lists (t, row, column, value) per end, so that nothing of size T x rows x dim
@@ -209,7 +229,7 @@ class IntegratorLinks(BatchTerm):
             qv = np.r_[lay.slice("q"), lay.slice("v")]
             A0[:, d:2 * d, qv] -= dJ0
             A1[:, d:2 * d, qv] += dJ1
-        if self.scheme == "trapezoidal":
+        if self.energy is not None:
             alpha = x1[:, lay.offset("alpha")]
             vbar = 0.5 * (x0[t, self._vel] + x1[t, self._vel])
             e[:, d:2 * d] -= alpha[:, None] * vbar
@@ -228,9 +248,8 @@ class IntegratorLinks(BatchTerm):
     def _energy(self, X, x0, x1, jacobians):
         """The energy row r3 (T,) and, if asked, its gradients (T, n) with respect to q_k,
         v_k, q_{k+1}, v_{k+1} (else None)."""
-        lay, dt = self.layout, self.dt
-        M, Qg, Q, _ = self.energy[:4]
-        friction = self.energy[4] if len(self.energy) > 4 else None
+        lay, dt, en = self.layout, self.dt, self.energy
+        M, Qg, Q, friction = en.mass_times, en.gravity, en.forces, en.friction
         q0, q1 = x0[:, lay.slice("q")], x1[:, lay.slice("q")]
         v0, v1 = x0[:, lay.slice("v")], x1[:, lay.slice("v")]
         Mv0, Mv1 = M(v0), M(v1)
@@ -258,7 +277,8 @@ class IntegratorLinks(BatchTerm):
 
     def held_change(self, X0: ArrayLike, X1: ArrayLike) -> float:
         """The largest whitened change of the rows' parts that the linearization holds
-        constant, between X0 and X1: the Hermite rule's jerk terms (0 for the other rules)."""
+        constant, between X0 and X1: the Hermite rule's jerk terms (0 for the other rules,
+        and when they are linearized exactly)."""
         if self.scheme != "hermite" or self.exact:
             return 0.0
         change = np.abs(self._jerk_terms(X1) - self._jerk_terms(X0))
@@ -282,7 +302,7 @@ class IntegratorLinks(BatchTerm):
         e = self._constant_residual(X)
         x0, x1 = X[self.rows0], X[self.rows0 + 1]
         t = self._t
-        if self.scheme == "trapezoidal":
+        if self.energy is not None:
             alpha = x1[:, lay.offset("alpha")]
             r = t * rows + d + self._r                                   # (T, d)
             half = np.broadcast_to(-0.5 * alpha[:, None], r.shape)
@@ -328,5 +348,5 @@ class IntegratorLinks(BatchTerm):
 
 
 __all__ = [
-    "IntegratorLinks"
+    "EnergyBalance", "IntegratorLinks"
 ]
