@@ -16,7 +16,7 @@ from mbfg.model.forces import ForceInput, forces_at
 from mbfg.model.nonconservative import with_inputs
 from mbfg.model.partition import partition_along
 from mbfg.results import Stats, TrajectoryResult
-from mbfg.solvers.batch import optimize
+from mbfg.solvers.batch import linearize_exactly, optimize
 from mbfg.solvers.smoother import FixedLagSmoother
 
 if TYPE_CHECKING:
@@ -177,8 +177,10 @@ def _solve_segment(problem, p, start, stop, dt, links, hold=False):
             mech, q, v, a, seg.applied_forces(np.arange(start, stop + 1)))
     plan = seg.link_plan(X0[1:], None if links is None else links[-1], start=X0[:-1])
     steps = np.arange(start, stop + 1)
+    terms = seg.terms(steps, p["q"], p["v"], plan)
+    linearize_exactly(terms, False)  # a short segment's terms may be cached ones: start held
     with np.errstate(over="ignore", invalid="ignore"):  # a diverging trial step is rejected
-        Xs, st = optimize(seg.terms(steps, p["q"], p["v"], plan), X0,
+        Xs, st = optimize(terms, X0,
                           seg.layout.keys(steps), step_scale=seg.step_scale,
                           step_tolerance=seg.settings.step_tolerance,
                           max_iterations=SEGMENT_ITERATIONS if stop > start + 1 else 50,
