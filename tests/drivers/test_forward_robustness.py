@@ -136,15 +136,16 @@ HERMITE = {
 @pytest.mark.parametrize("mode", list(HERMITE))
 @pytest.mark.parametrize("i", range(len(SAMPLE)), ids=[g.name for g in SAMPLE])
 def test_the_hermite_rule_is_far_below_the_floor(i, mode):
-    """The fourth-order Hermite rule (docs/theory.md) on the same sample: at most half the
+    """The fourth-order Hermite rule (docs/theory.md) on the same sample: at most 5 % of the
     trapezoidal floor's error (or 1e-10 of the mechanism's length, where the floor itself is
-    near the reference's accuracy), on the constraints.  Measured: median 5e-6, at most 0.025,
-    except a triple rocker whose motion passes near a change point (0.37 in batch
-    independent coordinates: there every rule's error is dominated by that sensitivity)."""
+    near the reference's accuracy), on the constraints.  Measured: median 2.4e-6, at most
+    0.014 (a 4 m quick-return).  Before the energy row on conservative mechanisms a triple
+    rocker whose motion passes near a change point was at 0.37 in batch independent
+    coordinates (its period is very sensitive to the energy there); now 0.001."""
     mech, ref, floor = _references(i)
     res = HERMITE[mode](mech)
     err = _points_rmse(mech, res.q, ref)
-    assert err <= 0.5 * floor + 1e-10 * SAMPLE[i].length, \
+    assert err <= 0.05 * floor + 1e-10 * SAMPLE[i].length, \
         f"{SAMPLE[i].name}: {err / floor:.2e} x the floor"
     rows = mechanism_scales(mech).constraints
     assert np.max(np.abs(C.position_constraints(mech, res.q)) / rows) <= 1e-9

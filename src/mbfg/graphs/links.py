@@ -18,13 +18,18 @@ xdd = acceleration slots restricted to those coordinates:
   unconstrained trapezoidal rule satisfies; ``alpha`` (one scalar slot per step) is the
   velocity rescaling that lets the step meet it while it also meets the constraints exactly.
 * hermite (Eq. 23 with the end corrections of the two-point Hermite quadrature, fourth
-  order; no energy row, alpha stays at its prior)::
+  order)::
 
       r1 = x_{k+1} - x_k - dt/2 (xd_k + xd_{k+1}) + dt^2/12 (xdd_{k+1} - xdd_k)
       r2 = xd_{k+1} - xd_k - dt/2 (xdd_k + xdd_{k+1}) + dt^2/12 (xddd_{k+1} - xddd_k)
+           [- alpha_{k+1} (xd_k + xd_{k+1}) / 2]
+      [r3 = E(q_{k+1}, v_{k+1}) - E(q_k, v_k)]
 
   with xddd the jerk of the model at each step (``jerk``), held constant in the
-  linearization (its derivatives are O((omega dt)^2) of the rows').
+  linearization (its derivatives are O((omega dt)^2) of the rows') unless the links are
+  asked to linearize it exactly (:meth:`IntegratorLinks.linearize_exactly`).  The energy row
+  and alpha only where every force has a potential (``energy`` given: gravity and constant
+  applied forces in E, no friction); elsewhere alpha stays at its prior.
 * Euler (Eq. 22): r1 = x_{k+1} - x_k - dt xd_k, r2 = xd_{k+1} - xd_k - dt xdd_k (no energy
   row; alpha stays at its prior, zero).
 

@@ -191,10 +191,13 @@ force 14 sigma outside its prior).  Where the priors are met as expected the oth
 not tried: solving them at every step of the first window cost the review benchmark 0.4 ms
 per step."""
 
-EXACT_AFTER = 3
+EXACT_AFTER = 1
 """Linear solves after which a window still unconverged linearizes the parts its terms hold
 constant exactly (:func:`mbfg.solvers.batch.linearize_exactly`): a window of a motion that
-is slow at the time step converges in one or two."""
+is slow at the time step converges in one (the four-bar: 2001 solves for 2000 steps).  With
+3, the 10 mm five-link chain #15 of ``random_mechanisms(40, 2026)`` spent three held solves
+on a window whose prediction was far off, and its damped fallback then ran out of
+iterations at t = 2.85 s in independent coordinates."""
 
 RESTARTED_ITERATIONS = 5
 """Linear solves each other start of those first windows gets while the priors are met (a
