@@ -104,13 +104,13 @@ def simulate_batch(
     X = np.empty((N + 1, problem.layout.dim))
     X[0] = problem.pack(q0, qd0, problem.initial_accelerations(q0, qd0))
     iterations, switches, links, retries = 0, [], None, 0
-    start, length, cap, hold = 0, size, size, False
+    start, length, cap, hold, energy = 0, size, size, False, True
     while start < N:
         stop = min(N, start + length)
         p = problem.layout.unpack(X[start])
         try:
             seg, stop, Xs, seg_links, st = _solve_segment(problem, p, start, stop, dt, links,
-                                                          hold)
+                                                          hold, energy)
         except (MbfgError, np.linalg.LinAlgError) as exc:
             iterations += getattr(exc, "iterations", 0)
             if stop - start > 1:  # the explicit estimate was too far off: a shorter segment,
@@ -121,10 +121,13 @@ def simulate_batch(
             if not hold:  # one step from its explicit estimate failed: once more from the
                 hold, retries = True, retries + 1  # state it starts at
                 continue
+            if energy:  # and from there: once more without the energy row, whose rescaling
+                energy, retries = False, retries + 1  # alpha can keep Newton from converging
+                continue
             if not isinstance(exc, MbfgError):
                 exc = ConvergenceError(f"batch forward dynamics at step {start}: {exc}")
             raise failure(mech, first, X[:start + 1], dt, exc) from None
-        hold = False
+        hold, energy = False, True
         if seg is not problem:
             problem = seg
             switches.append((start, problem.indices))
@@ -143,14 +146,16 @@ def simulate_batch(
     return trajectory_result(mech, first, X, dt, stats)
 
 
-def _solve_segment(problem, p, start, stop, dt, links, hold=False):
+def _solve_segment(problem, p, start, stop, dt, links, hold=False, energy=True):
     """One batch segment from the state ``p`` (slot dict) of step ``start`` to ``stop``:
     (problem, stop, step array, link plan, solver stats).  In independent coordinates the
     segment may end earlier and use other coordinates (the returned problem).  Raises
     ConvergenceError when the explicit estimate is unusable or Gauss-Newton fails.
     ``hold``: one step started from the state it leaves (q + dt v, v, a) instead of the
     explicit estimate (where a fast motion, e.g. a chain's whipping tip, makes the explicit
-    step land outside Newton's reach)."""
+    step land outside Newton's reach).  Without ``energy``, no link carries the energy row
+    (its defect is then the rule's own: O(dt^3) per step for the trapezoidal rule, O(dt^5)
+    for the Hermite rule)."""
     mech = problem.mech
     if hold:
         q = np.stack([p["q"], p["q"] + dt * p["v"]])
@@ -176,9 +181,15 @@ def _solve_segment(problem, p, start, stop, dt, links, hold=False):
         X0[:, seg.layout.slice("lam")] = D.multipliers(
             mech, q, v, a, seg.applied_forces(np.arange(start, stop + 1)))
     plan = seg.link_plan(X0[1:], None if links is None else links[-1], start=X0[:-1])
+    if not energy:
+        plan[:, -1] = 0
     steps = np.arange(start, stop + 1)
     terms = seg.terms(steps, p["q"], p["v"], plan)
-    linearize_exactly(terms, False)  # a short segment's terms may be cached ones: start held
+    # held parts (the Hermite rule's jerk) start held on a segment, whose solves are where
+    # the time goes; a single step, the fallback of a longer segment that failed, is cheap
+    # and gets the exact derivatives from the start (a short segment's terms may be cached
+    # ones, so both are set here)
+    linearize_exactly(terms, stop - start <= 1)
     with np.errstate(over="ignore", invalid="ignore"):  # a diverging trial step is rejected
         Xs, st = optimize(terms, X0,
                           seg.layout.keys(steps), step_scale=seg.step_scale,
