@@ -121,8 +121,9 @@ def simulate_batch(
             if not hold:  # one step from its explicit estimate failed: once more from the
                 hold, retries = True, retries + 1  # state it starts at
                 continue
-            if energy:  # and from there: once more without the energy row, whose rescaling
-                energy, retries = False, retries + 1  # alpha can keep Newton from converging
+            if energy and problem.has_energy_row:  # and from there: once more without the
+                # energy row, whose rescaling alpha can keep Newton from converging
+                energy, retries = False, retries + 1
                 continue
             if not isinstance(exc, MbfgError):
                 exc = ConvergenceError(f"batch forward dynamics at step {start}: {exc}")

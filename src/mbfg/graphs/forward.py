@@ -122,6 +122,13 @@ class _AppliedForces:
         E_{k+1} = E_k (docs/theory.md)."""
         return not callable(self.forces) and not self.mech.friction_elements
 
+    @property
+    def has_energy_row(self) -> bool:
+        """Whether the links carry the energy row (where the motion is not at rest): the
+        trapezoidal rule always, the Hermite rule where every force has a potential."""
+        rule = self.settings.integrator
+        return rule == "trapezoidal" or (rule == "hermite" and self.conserves_energy)
+
     def applied_forces(self, steps):
         """(T, n) applied forces at ``steps`` (times ``steps * dt``), or None."""
         return forces_at(self.forces, np.asarray(steps) * self.settings.dt, self.mech.n)
@@ -227,9 +234,7 @@ class ForwardProblem(_AppliedForces):
         else:
             idx = np.broadcast_to(np.arange(len(self.indices)), (x.shape[0], len(self.indices)))
         speed = np.max(np.abs(v) * self.settings.dt / self.scales.coordinates, axis=1)
-        with_row = self.settings.integrator == "trapezoidal" or (
-            self.settings.integrator == "hermite" and self.conserves_energy)
-        energy = (speed >= self.settings.energy_speed) & with_row
+        energy = (speed >= self.settings.energy_speed) & self.has_energy_row
         return np.column_stack([idx, energy.astype(int)])
 
     def window_terms(
