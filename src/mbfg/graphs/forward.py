@@ -296,17 +296,18 @@ class ForwardProblem(_AppliedForces):
             slots = ("z", "zd", "zdd")
             scale = self.scales.coordinates[ind]
         if steps.size > 1:
-            friction = (None if not mech.friction_elements
-                        else lambda q, v: friction_force_jacobians(mech, q, v))
-            energy = EnergyBalance(mech.mass_times, mech.gravity_forces(), Q,
-                                   self.scales.energy(self.settings.dt), friction)
-            if self.settings.integrator == "hermite":
-                # conservative forces only (conserves_energy): constant forces have a potential
-                energy = None if not self.conserves_energy else EnergyBalance(
-                    mech.mass_times, energy.gravity + (0.0 if Q is None else Q[0]), None,
-                    energy.scale)
+            energy_scale = self.scales.energy(self.settings.dt)
             jerk = cols = jerk_jacobian = None
-            if self.settings.integrator == "hermite":
+            if self.settings.integrator != "hermite":
+                friction = (None if not mech.friction_elements
+                            else lambda q, v: friction_force_jacobians(mech, q, v))
+                energy = EnergyBalance(mech.mass_times, mech.gravity_forces(), Q,
+                                       energy_scale, friction)
+            else:
+                # the energy row for conservative forces only: constant ones have a potential
+                energy = None if not self.conserves_energy else EnergyBalance(
+                    mech.mass_times, mech.gravity_forces() + (0.0 if Q is None else Q[0]),
+                    None, energy_scale)
                 jerk, jerk_jacobian = self._jerk_function(steps)
                 cols = idx if self.coords == "dependent" else np.asarray(self.indices)[idx]
             terms.append(IntegratorLinks(lay, rows[:-1], self.settings.dt,

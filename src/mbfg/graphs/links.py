@@ -167,6 +167,7 @@ class IntegratorLinks(BatchTerm):
                                              for p in pieces]) for c in range(4))
                        for pieces in ends]
         self._vel, self._acc, self._d, self._rows = vel, acc, d, rows
+        self._qv = np.r_[layout.slice("q"), layout.slice("v")]  # the jerk's arguments
         self.jerk_columns = idx if jerk_columns is None else np.asarray(jerk_columns, int)
 
     def _constant_residual(self, X):
@@ -210,7 +211,8 @@ class IntegratorLinks(BatchTerm):
             cols, c = self.jerk_columns, self.dt ** 2 / 12.0
             i0, i1 = self._ends[0][:, None], self._ends[1][:, None]
             dJ = None
-            if derivatives:
+            if derivatives:  # (their jerk is recomputed there; J stays the held value, so
+                # that the residual does not change with the mode)
                 dJ = c * self.jerk_jacobian(steps, X[steps])             # (S, n, 2n)
                 dJ = (dJ[i0, cols], dJ[i1, cols])
             if len(self._jerk_memo) >= 4:
@@ -231,9 +233,8 @@ class IntegratorLinks(BatchTerm):
                 A[tt, i, j] = v  # the entries of one end are distinct
         if jacobians and self.exact:
             dJ0, dJ1 = self._jerk_parts(X, True)[1]
-            qv = np.r_[lay.slice("q"), lay.slice("v")]
-            A0[:, d:2 * d, qv] -= dJ0
-            A1[:, d:2 * d, qv] += dJ1
+            A0[:, d:2 * d, self._qv] -= dJ0
+            A1[:, d:2 * d, self._qv] += dJ1
         if self.energy is not None:
             alpha = x1[:, lay.offset("alpha")]
             vbar = 0.5 * (x0[t, self._vel] + x1[t, self._vel])
@@ -320,9 +321,8 @@ class IntegratorLinks(BatchTerm):
             e[:, d:2 * d] -= alpha[:, None] * vbar
         if self.exact:
             r = (t * rows + d + self._r)[:, :, None]                     # (T, d, 1)
-            qv = np.r_[lay.slice("q"), lay.slice("v")]
             for shift, (sign, dJ) in enumerate(zip((-1.0, 1.0), self._jerk_parts(X, True)[1])):
-                cols = ((self.rows0 + shift) * dim)[:, None, None] + qv
+                cols = ((self.rows0 + shift) * dim)[:, None, None] + self._qv
                 ii.append(np.broadcast_to(r, dJ.shape).ravel())
                 jj.append(np.broadcast_to(cols, dJ.shape).ravel())
                 vv.append(sign * dJ.ravel())

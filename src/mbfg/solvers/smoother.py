@@ -191,13 +191,13 @@ force 14 sigma outside its prior).  Where the priors are met as expected the oth
 not tried: solving them at every step of the first window cost the review benchmark 0.4 ms
 per step."""
 
-EXACT_AFTER = 1
-"""Linear solves after which a window still unconverged linearizes the parts its terms hold
-constant exactly (:func:`mbfg.solvers.batch.linearize_exactly`): a window of a motion that
-is slow at the time step converges in one (the four-bar: 2001 solves for 2000 steps).  With
-3, the 10 mm five-link chain #15 of ``random_mechanisms(40, 2026)`` spent three held solves
-on a window whose prediction was far off, and its damped fallback then ran out of
-iterations at t = 2.85 s in independent coordinates."""
+# EXACT_FROM_SECOND_SOLVE: a window that needs a second linear solve gets the exact
+# derivatives of the parts its terms hold constant (:func:`mbfg.solvers.batch.
+# linearize_exactly`); a window of a motion that is slow at the time step converges in one
+# (the four-bar: 2001 solves for 2000 steps).  Switching only after three, the 10 mm
+# five-link chain #15 of ``random_mechanisms(40, 2026)`` spent them on a window whose
+# prediction was far off, and its damped fallback then ran out of iterations at t = 2.85 s
+# in independent coordinates.
 
 RESTARTED_ITERATIONS = 5
 """Linear solves each other start of those first windows gets while the priors are met (a
@@ -793,13 +793,11 @@ class FixedLagSmoother:
             it += 1
             W_prev, prev_err = W, err
             W = W + D
-            if self._converged(D, predicted, err):
-                if held_settled(terms, W_prev, W, self.step_tolerance):
-                    converged = True  # W + D is the (free) last Gauss-Newton step
-                    break
-                linearize_exactly(terms)  # the held parts are what is left
-            elif it >= EXACT_AFTER:
-                linearize_exactly(terms)
+            if self._converged(D, predicted, err) \
+                    and held_settled(terms, W_prev, W, self.step_tolerance):
+                converged = True  # W + D is the (free) last Gauss-Newton step
+                break
+            linearize_exactly(terms)  # a second solve: see EXACT_FROM_SECOND_SOLVE
         if not converged and self.on_failure == "best":
             W, err, it, lin = self._fallback(W, terms, keys, steps, it, limit)
             converged = True
