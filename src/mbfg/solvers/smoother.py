@@ -523,8 +523,10 @@ class FixedLagSmoother:
         W = self.W
         pred = self._predict(W[-1])
         self._a_prev = W[-1, self._a_slice].copy()
-        link = self.problem.link_plan(pred[None], self.links[-1] if self.links else None,
-                                      start=W[-1:])
+        # the plan of the link into the newest row continues (hysteresis); with a window of
+        # one step that link has already left with the marginal prior
+        latest = self.links[-1] if self.links else self._incoming
+        link = self.problem.link_plan(pred[None], latest, start=W[-1:])
         if link is not None:
             self.links.append(link[0])
         W = np.vstack([W, pred])
