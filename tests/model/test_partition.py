@@ -128,3 +128,31 @@ def test_sparse_partition_equals_the_sequential_walk(name, monkeypatch):
     best, quality = P.best_coordinate_sets(mech, q[::50], c)
     for k, x in enumerate(q[::50]):
         assert (tuple(best[k]), quality[k]) == P._best_sparse(mech, x, c)
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.9])
+@pytest.mark.parametrize("name", TRAJECTORIES)
+def test_state_partition_equals_the_walk_state_by_state(name, keep):
+    """The fused single-state path (a smoother's newest step: the current set's quality from
+    one small solve, the walk only below ``keep``) chooses what partition_along chooses,
+    through changes of set."""
+    mech, q, c = _trajectory(name)
+    step = P.StatePartition(mech, c, keep=keep)
+    assert step.fused
+    cur = P.partition_along(mech, q[:1], c, keep=keep)[0]
+    switches = 0
+    for x in q[1:]:
+        want = P.partition_along(mech, x[None], c, keep=keep, start=cur)[0]
+        got = step(x, cur)
+        np.testing.assert_array_equal(got, want)
+        switches += int(np.any(got != cur))
+        cur = got
+    if name.startswith("random-crank") or name.startswith("random-triple"):
+        assert switches > 0
+
+
+def test_state_partition_leaves_redundant_rows_to_the_walk():
+    """Redundant constraints choose their independent rows per state: no fused path."""
+    mech = load("pick-and-place-robot")
+    assert mech.independent_rows.size < mech.m
+    assert not P.StatePartition(mech, coordinate_scales(mech)).fused

@@ -44,7 +44,7 @@ from mbfg.model import constraints as C
 from mbfg.model.dynamics import forward_dynamics
 from mbfg.model.forces import forces_at
 from mbfg.model.nonconservative import friction_force_jacobians
-from mbfg.model.partition import best_coordinates, partition_along
+from mbfg.model.partition import StatePartition, best_coordinates, partition_along
 from mbfg.model.scales import mechanism_scales
 
 if TYPE_CHECKING:
@@ -176,6 +176,7 @@ class ForwardProblem(_AppliedForces):
             raise ValueError(f"coords must be 'dependent' or 'independent', got {coords!r}")
         self.forces = forces
         self._window_cache: dict = {}
+        self._state_partition = None  # StatePartition, made at the first single-step plan
         c, s = sc.coordinates, sc.constraints
         #: sigma of each residual family (q, v, a, phi, phid, phidd, force, lam): the scale of
         #: its residual, so every whitened row is dimensionless; the square graph's solution
@@ -230,7 +231,12 @@ class ForwardProblem(_AppliedForces):
             v = 0.5 * (v + np.atleast_2d(np.asarray(start, float))[:, lay.slice("v")])
         if self.coords == "dependent":
             prev = None if previous is None else previous[:-1]
-            idx = partition_along(self.mech, q, self.scales.coordinates, start=prev)
+            if prev is not None and q.shape[0] == 1:  # a smoother's newest step
+                if self._state_partition is None:
+                    self._state_partition = StatePartition(self.mech, self.scales.coordinates)
+                idx = self._state_partition(q[0], prev)[None]
+            else:
+                idx = partition_along(self.mech, q, self.scales.coordinates, start=prev)
         else:
             idx = np.broadcast_to(np.arange(len(self.indices)), (x.shape[0], len(self.indices)))
         speed = np.max(np.abs(v) * self.settings.dt / self.scales.coordinates, axis=1)

@@ -222,12 +222,17 @@ def best_coordinates(
     return tuple(int(i) for i in best[0]), float(quality[0])
 
 
+KEEP = 0.5
+"""Hysteresis of :func:`partition_along`: the current set is kept while its quality is at least
+this fraction of the best set's."""
+
+
 def partition_along(
     mech: Mechanism,
     q: ArrayLike,
     scale: np.ndarray | None = None,
     *,
-    keep: float = 0.5,
+    keep: float = KEEP,
     start: ArrayLike | None = None,
 ) -> np.ndarray:
     """Independent coordinates for each state of a trajectory q (T, n): (T, d) indices.
@@ -297,5 +302,50 @@ def partition_along(
     return out
 
 
+class StatePartition:
+    """:func:`partition_along` one state at a time (a fixed-lag smoother's newest step), fused.
+
+    Only a state where the current set's quality is below ``keep`` can switch (the best
+    quality is at most 1), and the current set's quality needs no null-space basis: with
+    J = Phi_q diag(scale) split into the dependent columns J_d (square) and the current ones
+    J_i it is 1 / sqrt(1 + sigma_max(J_d^-1 J_i)^2) (as in :func:`_sparse_quality`), from
+    the single-state Jacobian (:class:`~mbfg.model.constraints.StateConstraints`) and one
+    small solve.  Where it is below ``keep`` (or J_d is singular) the state goes to
+    :func:`partition_along`.  Mechanisms with redundant constraints (whose independent rows
+    are chosen per state) and large ones always do.
+
+    Parameters
+    ----------
+    mech : Mechanism
+    scale : (n,) float
+        Coordinate scales [m or rad].
+    keep : float
+        As :func:`partition_along`.
+    """
+
+    def __init__(self, mech: Mechanism, scale: np.ndarray, keep: float = KEEP):
+        self.mech, self.scale, self.keep = mech, np.asarray(scale, float), float(keep)
+        self.fused = (mech.independent_rows.size == mech.m < mech.n
+                      and mech.n < SPARSE_QUALITY_MIN_COORDINATES)
+        self._state = C.StateConstraints(mech) if self.fused else None
+
+    def __call__(self, q: ArrayLike, start: ArrayLike) -> np.ndarray:
+        """Independent coordinates (d,) int at q (n,), continuing from the set ``start``."""
+        q, start = np.asarray(q, float), np.asarray(start, int)
+        if self.fused:
+            J = self._state.jacobian(q) * self.scale
+            dep = np.ones(self.mech.n, bool)
+            dep[start] = False
+            try:
+                X = np.linalg.solve(J[:, dep], J[:, start])
+            except np.linalg.LinAlgError:  # singular: the set must go
+                X = None
+            if X is not None:
+                sigma = np.linalg.norm(X) if X.shape[1] == 1 else np.linalg.norm(X, 2)
+                if 1.0 / np.sqrt(1.0 + sigma * sigma) >= self.keep:
+                    return start.copy()
+        return partition_along(self.mech, q[None], self.scale, keep=self.keep, start=start)[0]
+
+
 __all__ = ["coordinate_quality", "best_coordinate_sets", "best_coordinates",
-           "partition_along"]
+           "partition_along", "StatePartition", "KEEP"]
