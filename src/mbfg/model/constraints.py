@@ -51,12 +51,19 @@ def _flat(mech, x):
     return x.reshape(-1, mech.n), x.shape[:-1]
 
 
+def broadcast_to_shape(a: np.ndarray, shape: tuple) -> np.ndarray:
+    """``np.broadcast_to(a, shape)``, read only, but ``a`` itself when it has that shape
+    already (the common case, without broadcast_to's per-call overhead in the solvers' loops).
+    Callers must not write into the result."""
+    return a if a.shape == tuple(shape) else np.broadcast_to(a, shape)
+
+
 def _states(mech, q, *xs):
     """q and the state arrays xs, each (..., n), broadcast over their leading axes and
     flattened: (q2 (T, n), x2 (T, n) for each x, lead)."""
     arrays = [np.asarray(a, dtype=float) for a in (q, *xs)]
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
-    return (*(np.broadcast_to(a, shape).reshape(-1, mech.n) for a in arrays), shape[:-1])
+    return (*(broadcast_to_shape(a, shape).reshape(-1, mech.n) for a in arrays), shape[:-1])
 
 
 def given_per_state(J: ArrayLike | StackedSparse | None, lead: tuple
@@ -223,8 +230,8 @@ def hessian_weighted_sum(mech: Mechanism, q: ArrayLike, lam: ArrayLike,
     from the quadratic rows' cells) are written in place."""
     q, lam = np.asarray(q, dtype=float), np.asarray(lam, dtype=float)
     lead = np.broadcast_shapes(q.shape[:-1], lam.shape[:-1])
-    q2 = np.broadcast_to(q, lead + (mech.n,)).reshape(-1, mech.n)
-    lam2 = np.broadcast_to(lam, lead + (mech.m,)).reshape(-1, mech.m)
+    q2 = broadcast_to_shape(q, lead + (mech.n,)).reshape(-1, mech.n)
+    lam2 = broadcast_to_shape(lam, lead + (mech.m,)).reshape(-1, mech.m)
     cells, starts, rows, h = mech._quad_hessian_sum
     parts = [np.add.reduceat(lam2[:, rows] * h, starts, axis=1) if cells.size
              else np.zeros((q2.shape[0], 0))]

@@ -78,7 +78,7 @@ def _applied(mech, Q, q, qd, jacobians=False):
         out = out + Qf
     elif mech.friction_elements:
         out = out + friction_forces(mech, q, qd)
-    out = np.broadcast_to(out, q.shape)
+    out = C.broadcast_to_shape(out, q.shape)
     return (out, d_q, d_qd) if jacobians else out
 
 
@@ -146,8 +146,8 @@ def forward_dynamics(
     lead = q.shape[:-1]
     f = _applied(mech, Q, q, qd)
     if isinstance(J, StackedSparse):  # flattened states
-        f = np.broadcast_to(f, lead + (mech.n,)).reshape(-1, mech.n)
-        c = np.broadcast_to(c, lead + c.shape[-1:]).reshape(-1, c.shape[-1])
+        f = C.broadcast_to_shape(f, lead + (mech.n,)).reshape(-1, mech.n)
+        c = C.broadcast_to_shape(c, lead + c.shape[-1:]).reshape(-1, c.shape[-1])
     sol = solve_kkt(mech.mass_matrix(), J, f, c)
     sol = sol.reshape(lead + sol.shape[-1:])
     qdd = sol[..., :mech.n]
@@ -420,7 +420,7 @@ def equations_of_motion(
     Qt, dQf_dq, dQf_dqd = _applied(mech, Q, q, qd, jacobians=True) if jacobians else (
         _applied(mech, Q, q, qd), None, None)
     if isinstance(J, StackedSparse):  # (its states: q's, flattened)
-        lam_q = np.broadcast_to(lam, q.shape[:-1] + (mech.m,)).reshape(-1, mech.m)
+        lam_q = C.broadcast_to_shape(lam, q.shape[:-1] + (mech.m,)).reshape(-1, mech.m)
         JTlam = J.rmatvec(lam_q).reshape(q.shape)
     else:
         JTlam = np.einsum("...kn,...k->...n", J, lam)
@@ -444,7 +444,7 @@ def equations_of_motion(
     M = mech.mass_matrix()
     Jd = J.toarray().reshape(q.shape[:-1] + J.shape[1:]) if isinstance(J, StackedSparse) else J
     d_q = C.hessian_weighted_sum(mech, q, lam)
-    d_q = np.broadcast_to(d_q, lead + d_q.shape[-2:])
+    d_q = C.broadcast_to_shape(d_q, lead + d_q.shape[-2:])
     d_v = np.broadcast_to(0.0, lead + (mech.n, mech.n))  # (no allocation without friction)
     if dQf_dq is not None:
         d_q = d_q - dQf_dq
