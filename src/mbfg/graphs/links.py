@@ -167,6 +167,10 @@ class IntegratorLinks(BatchTerm):
                                              for p in pieces]) for c in range(4))
                        for pieces in ends]
         self._vel, self._acc, self._d, self._rows = vel, acc, d, rows
+        self._rows1 = self.rows0 + 1
+        self._pairs = np.stack([self.rows0, self._rows1], axis=1)
+        self._pairs.flags.writeable = False
+        self._templates: dict = {}  # dim -> the constant entries of (A0, A1), (T, rows, dim)
         self._qv = np.r_[layout.slice("q"), layout.slice("v")]  # the jerk's arguments
         self.jerk_columns = idx if jerk_columns is None else np.asarray(jerk_columns, int)
 
@@ -224,13 +228,11 @@ class IntegratorLinks(BatchTerm):
         """Unweighted residual (T, rows) and, if asked, dense Jacobian blocks on x_k and
         x_{k+1}, each (T, rows, dim)."""
         lay, d, t = self.layout, self._d, self._t
-        x0, x1 = X[self.rows0], X[self.rows0 + 1]
+        x0, x1 = X[self.rows0], X[self._rows1]
         e = self._constant_residual(X)
         A0 = A1 = None
         if jacobians:
-            A0, A1 = (np.zeros((self.rows0.size, self._rows, X.shape[1])) for _ in range(2))
-            for A, (tt, i, j, v) in zip((A0, A1), self._const):
-                A[tt, i, j] = v  # the entries of one end are distinct
+            A0, A1 = (A.copy() for A in self._constant_blocks(X.shape[1]))
         if jacobians and self.exact:
             dJ0, dJ1 = self._jerk_parts(X, True)[1]
             A0[:, d:2 * d, self._qv] -= dJ0
@@ -251,6 +253,17 @@ class IntegratorLinks(BatchTerm):
                     A[:, 2 * d, lay.slice("v")] = gv
         return e, A0, A1
 
+    def _constant_blocks(self, dim):
+        """The constant entries of the Jacobian blocks on x_k and x_{k+1}, (T, rows, dim)
+        each (do not write into them)."""
+        blocks = self._templates.get(dim)
+        if blocks is None:
+            blocks = tuple(np.zeros((self.rows0.size, self._rows, dim)) for _ in range(2))
+            for A, (tt, i, j, v) in zip(blocks, self._const):
+                A[tt, i, j] = v  # the entries of one end are distinct
+            self._templates[dim] = blocks
+        return blocks
+
     def _energy(self, X, x0, x1, jacobians):
         """The energy row r3 (T,) and, if asked, its gradients (T, n) with respect to q_k,
         v_k, q_{k+1}, v_{k+1} (else None)."""
@@ -259,20 +272,22 @@ class IntegratorLinks(BatchTerm):
         q0, q1 = x0[:, lay.slice("q")], x1[:, lay.slice("q")]
         v0, v1 = x0[:, lay.slice("v")], x1[:, lay.slice("v")]
         Mv0, Mv1 = M(v0), M(v1)
-        fw = np.zeros_like(v0) if Q is None else 0.25 * dt * (Q[:-1] + Q[1:])
+        fw = None if Q is None else 0.25 * dt * (Q[:-1] + Q[1:])  # (None: no work done)
         if friction is not None:  # state-dependent forces: Q_f(q_k, v_k), Q_f(q_k+1, ...)
             # once per distinct step (consecutive links share one)
             steps, (i0, i1) = self._steps, self._ends
             Fq, Fdq, Fdv = friction(X[steps, lay.slice("q")], X[steps, lay.slice("v")])
             F0, F1 = (Fq[i0], Fdq[i0], Fdv[i0]), (Fq[i1], Fdq[i1], Fdv[i1])
-            fw = fw + 0.25 * dt * (F0[0] + F1[0])
-        r3 = (0.5 * (np.sum(v1 * Mv1, axis=1) - np.sum(v0 * Mv0, axis=1))
-              - (q1 - q0) @ Qg - np.sum((v0 + v1) * fw, axis=1))
+            fw = 0.25 * dt * (F0[0] + F1[0]) if fw is None else fw + 0.25 * dt * (F0[0] + F1[0])
+        r3 = 0.5 * ((v1 * Mv1).sum(axis=1) - (v0 * Mv0).sum(axis=1)) - (q1 - q0) @ Qg
+        if fw is not None:
+            r3 -= ((v0 + v1) * fw).sum(axis=1)
         if not jacobians:
             return r3, None
-        gq0 = np.broadcast_to(Qg, q0.shape).copy()
+        gq0 = np.empty_like(q0)
+        gq0[:] = Qg
         gq1 = -gq0
-        gv0, gv1 = -Mv0 - fw, Mv1 - fw
+        gv0, gv1 = (-Mv0, Mv1) if fw is None else (-Mv0 - fw, Mv1 - fw)
         if friction is not None:
             vs = 0.25 * dt * (v0 + v1)
             gq0 -= np.einsum("ti,tij->tj", vs, F0[1])
@@ -345,7 +360,7 @@ class IntegratorLinks(BatchTerm):
         w = self.weights
         A0 *= w[:, :, None]
         A1 *= w[:, :, None]
-        return np.stack([self.rows0, self.rows0 + 1], axis=1), [A0, A1], e * w
+        return self._pairs, [A0, A1], e * w
 
     def error(self, X: ArrayLike) -> float:
         e = self._linearization(X, jacobians=False)[0] * self.weights
