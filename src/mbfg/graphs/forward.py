@@ -362,7 +362,9 @@ class ForwardProblem(_AppliedForces):
             out = jerks[first]  # a copy: a later miss may overwrite the ring's slot
             for k in np.flatnonzero(~near[np.arange(len(rows)), first]):
                 t = times[rows[k]]
-                Qp, Qm = (None if Q is None else Q[0] for Q in forces(np.array([t])))
+                Qp = Qm = None
+                if self.forces is not None:
+                    Qp, Qm = (Q[0] for Q in forces(np.array([t])))
                 out[k] = jerk_along(self.mech, S[k, :n], S[k, n:], None, Qp, Qm, h,
                                     dynamics=single)
                 i = recent[3] = (recent[3] + 1) % times_.size

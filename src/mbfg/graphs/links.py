@@ -48,6 +48,8 @@ from mbfg.graphs.batch_term import BatchTerm
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
+EPS = float(np.finfo(float).eps)
+
 
 class EnergyBalance(NamedTuple):
     """What the energy row of a range of links needs: the mechanism's energy and the forces
@@ -122,6 +124,7 @@ class IntegratorLinks(BatchTerm):
         self.jerk, self.jerk_step, self.jerk_jacobian = jerk, jerk_step, jerk_jacobian
         self.exact = False  # hermite: linearize the jerk terms (else hold them constant)
         self._jerk_memo: dict = {}  # X -> jerk terms, for the last few X
+        self._jerk_flat = None  # flat indices of the integrated jerk at both ends
         # the distinct steps the links touch (consecutive links share one) and each link's
         # two ends among them
         self._steps, inv = np.unique(np.concatenate([self.rows0, self.rows0 + 1]),
@@ -221,7 +224,11 @@ class IntegratorLinks(BatchTerm):
                 dJ = (dJ[i0, cols], dJ[i1, cols])
             if len(self._jerk_memo) >= 4:
                 self._jerk_memo.pop(next(iter(self._jerk_memo)))
-            parts = self._jerk_memo[key] = (c * (J[i1, cols] - J[i0, cols]), dJ)
+            if self._jerk_flat is None:  # flat indices of J[i0, cols] and J[i1, cols]
+                n = J.shape[1]
+                self._jerk_flat = (i0 * n + cols, i1 * n + cols)
+            f0, f1 = self._jerk_flat
+            parts = self._jerk_memo[key] = (c * (J.take(f1) - J.take(f0)), dJ)
         return parts
 
     def _linearization(self, X, jacobians=True):
@@ -306,9 +313,10 @@ class IntegratorLinks(BatchTerm):
         if self.jerk_step:  # less the difference's rounding error at both ends, both states
             X1, r0 = np.asarray(X1), self.rows0[:, None]
             acc = np.abs(X1[r0, self._acc]) + np.abs(X1[r0 + 1, self._acc])
-            change = np.maximum(change - self.dt ** 2 / 12.0 * 16.0 * np.finfo(float).eps
+            change = np.maximum(change - self.dt ** 2 / 12.0 * 16.0 * EPS
                                 / self.jerk_step * acc, 0.0)
-        return float(np.max(change * self.weights[:, self._d:2 * self._d], initial=0.0))
+        change *= self.weights[:, self._d:2 * self._d]
+        return float(change.max()) if change.size else 0.0
 
     def coo(self, X: ArrayLike) -> tuple:
         """Sparse linearization (:meth:`BatchTerm.coo`): the constant integrator entries,
