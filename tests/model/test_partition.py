@@ -132,23 +132,33 @@ def test_sparse_partition_equals_the_sequential_walk(name, monkeypatch):
 
 @pytest.mark.parametrize("keep", [0.5, 0.9])
 @pytest.mark.parametrize("name", TRAJECTORIES)
-def test_state_partition_equals_the_walk_state_by_state(name, keep):
+def test_state_partition_equals_the_walk_state_by_state(name, keep, monkeypatch):
     """The fused single-state path (a smoother's newest step: the current set's quality from
     one small solve, the walk only below ``keep``) chooses what partition_along chooses,
-    through changes of set."""
+    through changes of set, and with the default hysteresis leaves most states to the small
+    solve alone."""
     mech, q, c = _trajectory(name)
     step = P.StatePartition(mech, c, keep=keep)
     assert step.fused
-    cur = P.partition_along(mech, q[:1], c, keep=keep)[0]
+    walk, walked = P.partition_along, []
+
+    def counted(*args, **kwargs):
+        walked.append(1)
+        return walk(*args, **kwargs)
+
+    monkeypatch.setattr(P, "partition_along", counted)
+    cur = walk(mech, q[:1], c, keep=keep)[0]
     switches = 0
     for x in q[1:]:
-        want = P.partition_along(mech, x[None], c, keep=keep, start=cur)[0]
+        want = walk(mech, x[None], c, keep=keep, start=cur)[0]
         got = step(x, cur)
         np.testing.assert_array_equal(got, want)
         switches += int(np.any(got != cur))
         cur = got
     if name.startswith("random-crank") or name.startswith("random-triple"):
         assert switches > 0
+    if keep == P.KEEP:  # with the default hysteresis the walk runs only near changes of set
+        assert len(walked) < 0.5 * (q.shape[0] - 1)  # (keep 0.9: below it most of the time)
 
 
 def test_state_partition_leaves_redundant_rows_to_the_walk():

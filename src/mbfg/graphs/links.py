@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 EPS = float(np.finfo(float).eps)
+#: ranges of at most this many links keep templates of their constant Jacobian entries
+TEMPLATE_MAX_LINKS = 64
 
 
 class EnergyBalance(NamedTuple):
@@ -239,7 +241,7 @@ class IntegratorLinks(BatchTerm):
         e = self._constant_residual(X)
         A0 = A1 = None
         if jacobians:
-            A0, A1 = (A.copy() for A in self._constant_blocks(X.shape[1]))
+            A0, A1 = self._constant_blocks(X.shape[1])
         if jacobians and self.exact:
             dJ0, dJ1 = self._jerk_parts(X, True)[1]
             A0[:, d:2 * d, self._qv] -= dJ0
@@ -261,15 +263,19 @@ class IntegratorLinks(BatchTerm):
         return e, A0, A1
 
     def _constant_blocks(self, dim):
-        """The constant entries of the Jacobian blocks on x_k and x_{k+1}, (T, rows, dim)
-        each (do not write into them)."""
+        """New arrays (T, rows, dim) holding the constant entries of the Jacobian blocks on
+        x_k and x_{k+1}: copies of templates kept for short ranges (a fixed-lag window,
+        linearized at every iterate), built afresh for long ones (a batch segment, whose
+        templates would double the blocks' memory)."""
         blocks = self._templates.get(dim)
         if blocks is None:
             blocks = tuple(np.zeros((self.rows0.size, self._rows, dim)) for _ in range(2))
             for A, (tt, i, j, v) in zip(blocks, self._const):
                 A[tt, i, j] = v  # the entries of one end are distinct
+            if self.rows0.size > TEMPLATE_MAX_LINKS:
+                return blocks
             self._templates[dim] = blocks
-        return blocks
+        return tuple(A.copy() for A in blocks)
 
     def _energy(self, X, x0, x1, jacobians):
         """The energy row r3 (T,) and, if asked, its gradients (T, n) with respect to q_k,
