@@ -7,7 +7,7 @@ import pytest
 import mbfg
 
 from conftest import MOTOR_FOURBAR, fd_states, load
-from mbfg.graphs.forward import ForwardProblem, ForwardSettings
+from mbfg.graphs.forward import ForwardSettings
 from mbfg.graphs.links import IntegratorLinks
 from mbfg.drivers.forward_dynamics import make_problem, simulate_batch
 from mbfg.model.kinematics import release_state
