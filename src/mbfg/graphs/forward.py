@@ -350,7 +350,9 @@ class ForwardProblem(_AppliedForces):
         timed = callable(self.forces)
         recent = [np.full(8, np.nan), np.full((8, 2 * n), np.nan), np.zeros((8, n)), 0]
 
-        def forces(t):
+        def forces(t):  # (at t + h, at t - h), or (None, None) without applied forces
+            if self.forces is None:
+                return None, None
             return tuple(forces_at(self.forces, t + s, n) for s in (h, -h))
 
         def short(rows, S):  # state by state, each from the ring if a recent one is near
@@ -362,9 +364,7 @@ class ForwardProblem(_AppliedForces):
             out = jerks[first]  # a copy: a later miss may overwrite the ring's slot
             for k in np.flatnonzero(~near[np.arange(len(rows)), first]):
                 t = times[rows[k]]
-                Qp = Qm = None
-                if self.forces is not None:
-                    Qp, Qm = (Q[0] for Q in forces(np.array([t])))
+                Qp, Qm = (None if Q is None else Q[0] for Q in forces(np.array([t])))
                 out[k] = jerk_along(self.mech, S[k, :n], S[k, n:], None, Qp, Qm, h,
                                     dynamics=single)
                 i = recent[3] = (recent[3] + 1) % times_.size

@@ -129,7 +129,8 @@ class IntegratorLinks(BatchTerm):
         self._jerk_flat = None  # flat indices of the integrated jerk at both ends
         # the distinct steps the links touch (consecutive links share one) and each link's
         # two ends among them
-        self._steps, inv = np.unique(np.concatenate([self.rows0, self.rows0 + 1]),
+        self._rows1 = self.rows0 + 1
+        self._steps, inv = np.unique(np.concatenate([self.rows0, self._rows1]),
                                      return_inverse=True)
         self._ends = (inv[:self.rows0.size], inv[self.rows0.size:])
         self.scheme = scheme
@@ -172,7 +173,6 @@ class IntegratorLinks(BatchTerm):
                                              for p in pieces]) for c in range(4))
                        for pieces in ends]
         self._vel, self._acc, self._d, self._rows = vel, acc, d, rows
-        self._rows1 = self.rows0 + 1
         self._pairs = np.stack([self.rows0, self._rows1], axis=1)
         self._pairs.flags.writeable = False
         self._templates: dict = {}  # dim -> the constant entries of (A0, A1), (T, rows, dim)
@@ -291,7 +291,8 @@ class IntegratorLinks(BatchTerm):
             steps, (i0, i1) = self._steps, self._ends
             Fq, Fdq, Fdv = friction(X[steps, lay.slice("q")], X[steps, lay.slice("v")])
             F0, F1 = (Fq[i0], Fdq[i0], Fdv[i0]), (Fq[i1], Fdq[i1], Fdv[i1])
-            fw = 0.25 * dt * (F0[0] + F1[0]) if fw is None else fw + 0.25 * dt * (F0[0] + F1[0])
+            work = 0.25 * dt * (F0[0] + F1[0])
+            fw = work if fw is None else fw + work
         r3 = 0.5 * ((v1 * Mv1).sum(axis=1) - (v0 * Mv0).sum(axis=1)) - (q1 - q0) @ Qg
         if fw is not None:
             r3 -= ((v0 + v1) * fw).sum(axis=1)
@@ -317,8 +318,9 @@ class IntegratorLinks(BatchTerm):
             return 0.0
         change = np.abs(self._jerk_terms(X1) - self._jerk_terms(X0))
         if self.jerk_step:  # less the difference's rounding error at both ends, both states
-            X1, r0 = np.asarray(X1), self.rows0[:, None]
-            acc = np.abs(X1[r0, self._acc]) + np.abs(X1[r0 + 1, self._acc])
+            X1 = np.asarray(X1)
+            acc = (np.abs(X1[self.rows0[:, None], self._acc])
+                   + np.abs(X1[self._rows1[:, None], self._acc]))
             change = np.maximum(change - self.dt ** 2 / 12.0 * 16.0 * EPS
                                 / self.jerk_step * acc, 0.0)
         change *= self.weights[:, self._d:2 * self._d]
@@ -335,14 +337,14 @@ class IntegratorLinks(BatchTerm):
             jj.append((self.rows0[t] + shift) * dim + j)
             vv.append(v)
         e = self._constant_residual(X)
-        x0, x1 = X[self.rows0], X[self.rows0 + 1]
+        x0, x1 = X[self.rows0], X[self._rows1]
         t = self._t
         if self.energy is not None:
             alpha = x1[:, lay.offset("alpha")]
             r = t * rows + d + self._r                                   # (T, d)
             half = np.broadcast_to(-0.5 * alpha[:, None], r.shape)
             vbar = 0.5 * (x0[t, self._vel] + x1[t, self._vel])
-            base0, base1 = (self.rows0 * dim)[:, None], ((self.rows0 + 1) * dim)[:, None]
+            base0, base1 = (self.rows0 * dim)[:, None], (self._rows1 * dim)[:, None]
             ii += [r.ravel()] * 3
             jj += [(base0 + self._vel).ravel(), (base1 + self._vel).ravel(),
                    np.broadcast_to(base1 + lay.offset("alpha"), r.shape).ravel()]
