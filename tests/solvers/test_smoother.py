@@ -84,6 +84,51 @@ def test_window_of_one_step_keeps_the_coordinate_choice():
         assert worst <= 1e-10, (w, worst)
 
 
+@pytest.mark.parametrize("integrator", ["trapezoidal", "hermite"])
+@pytest.mark.parametrize("coords", ["dependent", "independent"])
+def test_links_held_together_give_the_rows_they_replace(integrator, coords):
+    """The window's links and the link into its row 0 from the held step are evaluated in one
+    call (HeldLinks); its two views must give the rows of the HeldPredecessor and of the
+    window's link term they stand for: blocks, sparse entries, errors and held changes."""
+    from mbfg.solvers.smoother import HeldPredecessor
+
+    mech = load("fourbar")
+    q0, v0 = release_state(mech)
+    problem = make_problem(mech, 1e-3, coords, integrator, None, q0)
+    sm = FixedLagSmoother(problem, window=3, step_tolerance=problem.settings.step_tolerance)
+    sm.initialize(q0, v0)
+    for _ in range(40):
+        sm.advance()
+    W = sm.W
+    steps = np.arange(sm.first, sm.first + W.shape[0])
+    plain = sm.prior + problem.window_terms(steps, np.array(sm.links), incoming=sm._incoming)
+    together = sm._held_together(plain, steps)
+    assert isinstance(plain[0], HeldPredecessor)
+    replaced = [i for i, (a, b) in enumerate(zip(plain, together)) if a is not b]
+    assert len(together) == len(plain) and len(replaced) == 2
+    rng = np.random.default_rng(0)
+    W1 = W + 1e-6 * problem.step_scale.clip(max=1e3) * rng.standard_normal(W.shape)
+    for i in replaced:
+        a, b = plain[i], together[i]
+        assert a.arity == b.arity
+        (ra, Aa, ea), (rb, Ab, eb) = a.blocks(W1), b.blocks(W1)  # off the solution
+        np.testing.assert_array_equal(ra, rb)
+        # the Hermite jerk of a state within JERK_REUSE of a recent one is reused, so the
+        # whitened rows may differ by far less than the solves' tolerance
+        np.testing.assert_allclose(eb, ea, rtol=0, atol=problem.settings.step_tolerance)
+        for x, y in zip(Aa, Ab):
+            np.testing.assert_allclose(y, x, rtol=1e-14, atol=1e-14 * np.abs(x).max())
+        ca, cb = (sorted(zip(*(np.asarray(v).ravel() for v in t.coo(W1)[:3])))
+                  for t in (a, b))
+        np.testing.assert_array_equal([c[:2] for c in ca], [c[:2] for c in cb])
+        np.testing.assert_allclose([c[2] for c in cb], [c[2] for c in ca], rtol=1e-14,
+                                   atol=1e-14 * max(abs(c[2]) for c in ca))
+        assert b.error(W1) == pytest.approx(a.error(W1), rel=1e-9)
+        held_a = a.held_change(W, W1) if hasattr(a, "held_change") else None
+        if held_a is not None and i > 0:
+            assert b.held_change(W, W1) >= held_a * (1 - 1e-13)
+
+
 def test_marginal_prior_is_exact_for_linear_terms():
     """Marginalizing into a prior and solving the rest equals solving everything."""
     mech = load("fourbar")

@@ -378,8 +378,12 @@ class IntegratorLinks(BatchTerm):
         A1 *= w[:, :, None]
         return self._pairs, [A0, A1], e * w
 
+    def whitened_residuals(self, X: ArrayLike) -> np.ndarray:
+        """The whitened residual (T, rows) of every link at X."""
+        return self._linearization(X, jacobians=False)[0] * self.weights
+
     def error(self, X: ArrayLike) -> float:
-        e = self._linearization(X, jacobians=False)[0] * self.weights
+        e = self.whitened_residuals(X)
         return 0.5 * float(np.sum(e * e))
 
 

@@ -182,6 +182,96 @@ class HeldPredecessor(BatchTerm):
         return HeldPredecessor(self.links, self.x_prev, T if self.T is None else self.T @ T)
 
 
+class HeldLinks:
+    """The integrator links of a window and the link into its row 0 from the step that left
+    it, held at ``x_prev`` (what :class:`HeldPredecessor` carries), evaluated together: one
+    term ``links`` over the rows (x_prev, row 0, row 1, ...) of the window extended by the
+    held step, linearized once per iterate.  Its two views are the terms the window solves
+    with: ``held``, the first link's rows on row 0 (a unary term, in place of the
+    :class:`HeldPredecessor`), and ``window``, the window's own links (in place of its link
+    term).  Each view gives the same rows, in the same order, as the term it replaces; one
+    linearization, jerk evaluation and held-parts check serve both (a fixed-lag window is
+    linearized at every iterate, and the Hermite rule's per-call overhead dominated its
+    cost).
+
+    ``links``: a term of arity 2 over the extended rows (:class:`~mbfg.graphs.links.
+    IntegratorLinks`: ``blocks``, ``coo``, ``whitened_residuals``, ``held_change``,
+    ``linearize_exactly``); ``x_prev`` (dim,)."""
+
+    def __init__(self, links, x_prev):
+        self.links, self.x_prev = links, np.asarray(x_prev, float)
+        self._memo: tuple = (None, None)  # (key, value) of the last evaluation
+        self.held, self.window = _HeldLinksView(self, 0), _HeldLinksView(self, 1)
+
+    def _cached(self, what, X, compute, X1=None):
+        X = np.asarray(X)
+        key = (what, X.shape, X.tobytes(), None if X1 is None else np.asarray(X1).tobytes())
+        if self._memo[0] != key:
+            self._memo = (key, compute())
+        return self._memo[1]
+
+    def _extended(self, X):
+        return np.vstack([self.x_prev, X])
+
+    def parts(self, X, what):
+        """The views' parts of the evaluation ``what`` ("blocks", "coo" or "residuals") at
+        the window rows X: (held part, window part)."""
+        if what == "blocks":
+            return self._cached(what, X, lambda: self._split_blocks(X))
+        if what == "coo":
+            return self._cached(what, X, lambda: self._split_coo(X))
+        return self._cached(what, X, lambda: self._split_residuals(X))
+
+    def _split_blocks(self, X):
+        pairs, (A0, A1), e = self.links.blocks(self._extended(X))
+        return ((np.zeros((1, 1), int), [A1[:1]], e[:1]),
+                (pairs[1:] - 1, [A0[1:], A1[1:]], e[1:]))
+
+    def _split_coo(self, X):
+        dim = np.shape(X)[1]
+        i, j, v, e = self.links.coo(self._extended(X))
+        rows = e.shape[1]
+        first = i < rows
+        held = first & (j >= dim)  # the held step's columns are constants here
+        rest = ~first
+        return ((i[held], j[held] - dim, v[held], e[:1]),
+                (i[rest] - rows, j[rest] - dim, v[rest], e[1:]))
+
+    def _split_residuals(self, X):
+        e = self.links.whitened_residuals(self._extended(X))
+        return e[:1], e[1:]
+
+    def held_change(self, X0, X1) -> float:
+        """The links' held change between the extended X0 and X1 (both views)."""
+        return self._cached("held", X0, lambda: self.links.held_change(
+            self._extended(X0), self._extended(X1)), X1)
+
+
+class _HeldLinksView(BatchTerm):
+    """One of the two terms of :class:`HeldLinks` (``part`` 0: the held link, unary on row
+    0; 1: the window's own links)."""
+
+    def __init__(self, shared, part):
+        self.shared, self.part = shared, part
+        self.arity = 1 if part == 0 else 2
+
+    def blocks(self, X: ArrayLike) -> tuple:
+        return self.shared.parts(X, "blocks")[self.part]
+
+    def coo(self, X: ArrayLike) -> tuple:
+        return self.shared.parts(X, "coo")[self.part]
+
+    def error(self, X: ArrayLike) -> float:
+        e = self.shared.parts(X, "residuals")[self.part]
+        return 0.5 * float(np.sum(e * e))
+
+    def held_change(self, X0: ArrayLike, X1: ArrayLike) -> float:
+        return self.shared.held_change(X0, X1)
+
+    def linearize_exactly(self, on: bool = True) -> bool:
+        return self.shared.links.linearize_exactly(on)
+
+
 PRIOR_SURPRISE = 0.05
 """A window that holds step 0 and more than RESTARTED_ROWS steps is solved from other starts
 only when its solution violates the initial priors beyond their (1 - PRIOR_SURPRISE)
@@ -669,8 +759,9 @@ class FixedLagSmoother:
         W = self.W
         L = W.shape[0]
         steps = np.arange(self.first, self.first + L)
-        terms = self.prior + self.problem.window_terms(
-            steps, np.array(self.links) if self.links else None, incoming=self._incoming)
+        terms = self._held_together(self.prior + self.problem.window_terms(
+            steps, np.array(self.links) if self.links else None, incoming=self._incoming),
+            steps)
         W0, failed = W, self.unconverged
         W, lin = self._gauss_newton(W, terms, steps)
         if self.informative is not None and L > self.window and self.unconverged > failed:
@@ -685,6 +776,28 @@ class FixedLagSmoother:
         self._silent = None
         self.W = W
         self.steps_done += 1
+
+    def _held_together(self, terms, steps):
+        """``terms`` with the :class:`HeldPredecessor` prior and the window's link term
+        replaced by the two views of one :class:`HeldLinks` (the same rows, evaluated in one
+        call), where the problem offers that: a causal window of at least two rows whose
+        prior holds the step before it in the window's own packing, and one link term each."""
+        held = terms[0] if len(self.prior) == 1 else None
+        if not (isinstance(held, HeldPredecessor) and held.T is None and len(held.links) == 1
+                and self._incoming is not None and len(steps) >= 2):
+            return terms
+        own = [i for i, t in enumerate(terms) if i > 0 and t.arity == 2]
+        if len(own) != 1:
+            return terms
+        plan = np.vstack([self._incoming, self.links])
+        links = [t for t in self.problem.window_terms(np.r_[steps[0] - 1, steps], plan)
+                 if t.arity == 2]
+        if len(links) != 1:
+            return terms
+        shared = HeldLinks(links[0], held.x_prev)
+        terms = list(terms)
+        terms[0], terms[own[0]] = shared.held, shared.window
+        return terms
 
     def _give_up_gap(self, W0):
         """The re-solve of a window extended over a gap did not converge (the readings after
