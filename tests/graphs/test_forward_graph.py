@@ -195,6 +195,23 @@ def test_hermite_link_jacobians_when_exact(name, timed, coords):
     np.testing.assert_array_equal(e_coo, e)
 
 
+def test_exact_hermite_links_in_chunks_of_states(monkeypatch):
+    """The jerk's exact derivatives are evaluated a few states at a time where a whole range
+    would take too much memory (a batch segment of a large mechanism); the blocks are the
+    same."""
+    import mbfg.graphs.links as links
+
+    term, X, dim = _hermite_links("fourbar", "dependent", False)
+    term.linearize_exactly()
+    whole = term.blocks(X)
+    monkeypatch.setattr(links, "JERK_JACOBIAN_BYTES", 1)  # one state per chunk
+    term._jerk_memo.clear()
+    chunked = term.blocks(X)
+    for a, b in zip(whole[1], chunked[1]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(whole[2], chunked[2])
+
+
 @pytest.mark.parametrize("name, solver, coords", [("fourbar", "batch", "dependent"),
                                                   ("slider-crank", "smoother", "independent")])
 def test_hermite_rule_is_fourth_order(name, solver, coords):

@@ -51,6 +51,11 @@ if TYPE_CHECKING:
 EPS = float(np.finfo(float).eps)
 #: ranges of at most this many links keep templates of their constant Jacobian entries
 TEMPLATE_MAX_LINKS = 64
+#: working memory [bytes] of the jerk's exact derivatives: they are evaluated for as many
+#: states at a time as fit, counting JERK_JACOBIAN_ARRAYS arrays (n, 2n) per state (the
+#: derivatives at three states and the kernels' temporaries)
+JERK_JACOBIAN_BYTES = 2 ** 27
+JERK_JACOBIAN_ARRAYS = 12
 
 
 class EnergyBalance(NamedTuple):
@@ -222,8 +227,7 @@ class IntegratorLinks(BatchTerm):
             dJ = None
             if derivatives:  # (their jerk is recomputed there; J stays the held value, so
                 # that the residual does not change with the mode)
-                dJ = c * self.jerk_jacobian(steps, X[steps])             # (S, n, 2n)
-                dJ = (dJ[i0, cols], dJ[i1, cols])
+                dJ = self._jerk_derivatives(X, J.shape[1])
             if len(self._jerk_memo) >= 4:
                 self._jerk_memo.pop(next(iter(self._jerk_memo)))
             if self._jerk_flat is None:  # flat indices of J[i0, cols] and J[i1, cols]
@@ -232,6 +236,26 @@ class IntegratorLinks(BatchTerm):
             f0, f1 = self._jerk_flat
             parts = self._jerk_memo[key] = (c * (J.take(f1) - J.take(f0)), dJ)
         return parts
+
+    def _jerk_derivatives(self, X, n):
+        """dt^2/12 times the jerk's derivatives with respect to (q, v) at the start and at
+        the end of every link, restricted to the integrated coordinates: two (T, d, 2n).
+        The model's derivatives (n, 2n) per state, and its kernels' temporaries, are formed
+        for at most ``JERK_JACOBIAN_BYTES`` worth of states at a time (a batch segment of a
+        large mechanism would otherwise need gigabytes)."""
+        steps, cols, c = self._steps, self.jerk_columns, self.dt ** 2 / 12.0
+        chunk = max(1, JERK_JACOBIAN_BYTES // (JERK_JACOBIAN_ARRAYS * 8 * 2 * n * n))
+        if steps.size <= chunk:
+            dJ = c * self.jerk_jacobian(steps, X[steps])                 # (S, n, 2n)
+            return tuple(dJ[ends[:, None], cols] for ends in self._ends)
+        out = tuple(np.empty(cols.shape + (2 * n,)) for _ in range(2))
+        for lo in range(0, steps.size, chunk):
+            part = steps[lo:lo + chunk]
+            dJ = c * self.jerk_jacobian(part, X[part])
+            for o, ends in zip(out, self._ends):
+                t = np.flatnonzero((ends >= lo) & (ends < lo + part.size))
+                o[t] = dJ[ends[t, None] - lo, cols[t]]
+        return out
 
     def _linearization(self, X, jacobians=True):
         """Unweighted residual (T, rows) and, if asked, dense Jacobian blocks on x_k and
