@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.errors import ConvergenceError, LockupError, MbfgError
+from mbfg.graphs import DEFAULT_INTEGRATOR
 from mbfg.graphs.forward import ForwardProblem, ForwardSettings
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
@@ -51,7 +52,7 @@ def simulate_batch(
     dt: float = 1e-3,
     *,
     coords: str = "dependent",
-    integrator: str = "trapezoidal",
+    integrator: str = DEFAULT_INTEGRATOR,
     q0: ArrayLike | None = None,
     qd0: ArrayLike | None = None,
     indices: ArrayLike | None = None,
@@ -349,7 +350,7 @@ def simulate_smoother(
     dt: float = 1e-3,
     *,
     coords: str = "dependent",
-    integrator: str = "trapezoidal",
+    integrator: str = DEFAULT_INTEGRATOR,
     window: int = 2,
     q0: ArrayLike | None = None,
     qd0: list | None = None,

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mbfg.graphs import INTEGRATORS
+from mbfg.graphs import DEFAULT_INTEGRATOR, INTEGRATORS
 from mbfg.graphs import linear_blocks as L
 from mbfg.graphs import terms as T
 from mbfg.graphs.layout import StepLayout, dependent_layout, independent_layout
@@ -65,9 +65,9 @@ class ForwardSettings:
     ----------
     dt : float
         Time step [s].
-    integrator : "trapezoidal", "hermite" or "euler"
-        ``"trapezoidal"`` (the default): Eq. 23 with the energy balance (the paper's rule);
-        ``"hermite"``: the fourth-order two-point Hermite rule, Eq. 23 with its end
+    integrator : "hermite", "trapezoidal" or "euler"
+        ``"trapezoidal"``: Eq. 23 with the energy balance (the paper's rule);
+        ``"hermite"`` (the default): the fourth-order two-point Hermite rule, Eq. 23 with its end
         corrections, x_{k+1} - x_k - dt/2 (xd_k + xd_{k+1}) + dt^2/12 (xdd_{k+1} - xdd_k)
         and likewise for the velocities with the jerk (:mod:`mbfg.graphs.links`), with the
         energy row where every force has a potential (:attr:`ForwardProblem.conserves_energy`);
@@ -85,7 +85,7 @@ class ForwardSettings:
         Independent coordinates: sigma of the approximate prior on q_0, in mechanism lengths.
     """
     dt: float = 1e-3
-    integrator: str = "trapezoidal"
+    integrator: str = DEFAULT_INTEGRATOR
     step_tolerance: float = 1e-12
     energy_speed: float = 1e-4
     prior_q_approx: float = 1.0
