@@ -362,11 +362,18 @@ class ForwardProblem(_AppliedForces):
                 near &= times_[None] == times[rows][:, None]
             first = near.argmax(axis=1)
             out = jerks[first]  # a copy: a later miss may overwrite the ring's slot
-            for k in np.flatnonzero(~near[np.arange(len(rows)), first]):
+            missed = np.flatnonzero(~near[np.arange(len(rows)), first])
+            if missed.size and single.general:  # the batch kernels (independent rows chosen
+                # per state): every missed state in one call, its +-h states in one more
+                Qp, Qm = forces(times[rows[missed]])
+                out[missed] = jerk_along(self.mech, S[missed, :n], S[missed, n:], None, Qp,
+                                         Qm, h)
+            for k in missed:
                 t = times[rows[k]]
-                Qp, Qm = (None if Q is None else Q[0] for Q in forces(np.array([t])))
-                out[k] = jerk_along(self.mech, S[k, :n], S[k, n:], None, Qp, Qm, h,
-                                    dynamics=single)
+                if not single.general:  # the fused single-state kernels
+                    Qp, Qm = (None if Q is None else Q[0] for Q in forces(np.array([t])))
+                    out[k] = jerk_along(self.mech, S[k, :n], S[k, n:], None, Qp, Qm, h,
+                                        dynamics=single)
                 i = recent[3] = (recent[3] + 1) % times_.size
                 times_[i], states[i], jerks[i] = t, S[k], out[k]
             return out
