@@ -469,7 +469,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 def _add_model_options(p, integrators=("trapezoidal", "euler")) -> None:
     """--coords and --integrator (simulate, inverse); the first integrator is the default."""
     p.add_argument("--coords", choices=["dependent", "independent"], default="dependent")
-    p.add_argument("--integrator", choices=list(integrators), default=integrators[0])
+    what = {"hermite": "fourth order", "trapezoidal": "the paper's Eq. 23", "euler": "Eq. 22"}
+    p.add_argument("--integrator", choices=list(integrators), default=integrators[0],
+                   help="; ".join(f"{name}: {what[name]}" for name in integrators)
+                   + f" (default: {integrators[0]})")
 
 
 def _add_output_options(p, plot: bool = True, out_help="save the result (.npz or .csv)") -> None:

@@ -112,6 +112,11 @@ def _with_alpha(layout: StepLayout) -> StepLayout:
     return StepLayout(layout.slots + (("alpha", 1),), layout.char)
 
 
+def _plan_key(plan) -> bytes | None:
+    """A hashable key of a link plan (None: no plan)."""
+    return None if plan is None else np.asarray(plan, int).tobytes()
+
+
 class _AppliedForces:
     """What every forward problem computes from ``mech``, ``settings.dt`` and ``forces``."""
 
@@ -177,6 +182,8 @@ class ForwardProblem(_AppliedForces):
         self.forces = forces
         self._window_cache: dict = {}
         self._state_partition = None  # StatePartition, made at the first single-step plan
+        self._jerk_ring: list | None = None  # recent single-state jerks (_jerk_function)
+        self._state_dynamics = None  # StateDynamics of the mechanism, made with the ring
         c, s = sc.coordinates, sc.constraints
         #: sigma of each residual family (q, v, a, phi, phid, phidd, force, lam): the scale of
         #: its residual, so every whitened row is dimensionless; the square graph's solution
@@ -260,24 +267,40 @@ class ForwardProblem(_AppliedForces):
         terms of a short window are built once per plan and reused (a fixed-lag smoother asks
         for the same window at every step)."""
         steps = np.asarray(steps, int)
+        return self._cached(("window", steps.size, _plan_key(plan),
+                             incoming is None or not incoming[-1]), steps,
+                            lambda: self._window_terms(steps, plan, incoming))
+
+    def link_terms(self, steps: ArrayLike, plan: np.ndarray) -> list:
+        """The integrator links of :meth:`window_terms` alone (the terms of arity 2), built
+        without the window's other factors: what a fixed-lag smoother evaluates together
+        with the link from the step that left its window."""
+        steps = np.asarray(steps, int)
+        return self._cached(("links", steps.size, _plan_key(plan)), steps,
+                            lambda: [self._integrator_links(steps, self._plan(steps, plan))])
+
+    def _cached(self, key, steps, build) -> list:
+        """``build()``, remembered under ``key`` for short ranges whose terms do not depend
+        on the time (no time-varying applied forces)."""
         if callable(self.forces) or steps.size > 64:
-            return self._window_terms(steps, plan, incoming)
-        key = (steps.size, None if plan is None else np.asarray(plan, int).tobytes(),
-               incoming is None or not incoming[-1])
+            return build()
         terms = self._window_cache.get(key)
         if terms is None:
             if len(self._window_cache) >= 64:
                 self._window_cache.clear()
-            terms = self._window_cache[key] = self._window_terms(steps, plan, incoming)
+            terms = self._window_cache[key] = build()
         return terms
+
+    def _plan(self, steps, plan):
+        return (np.zeros((0, self.mech.dof + 1), int) if steps.size == 1
+                else np.asarray(plan, int).reshape(steps.size - 1, -1))
 
     def _window_terms(self, steps, plan, incoming) -> list:
         rows = np.arange(steps.size)
         lay, sig, mech = self.layout, self.sigmas, self.mech
         Q = self.applied_forces(steps)
-        plan = (np.zeros((0, mech.dof + 1), int) if steps.size == 1
-                else np.asarray(plan, int).reshape(steps.size - 1, -1))
-        idx, with_energy = plan[:, :-1], plan[:, -1].astype(bool)
+        plan = self._plan(steps, plan)
+        with_energy = plan[:, -1].astype(bool)
         # alpha is held at zero where no energy row determines it (row 0, links at rest)
         held = rows[np.concatenate([[incoming is None or not incoming[-1]], ~with_energy])]
         terms = [L.UnaryLinear(held, lay.selector("alpha"), np.zeros(1))]
@@ -288,8 +311,6 @@ class ForwardProblem(_AppliedForces):
                     (T.acceleration_constraints_residual(mech), sig["phidd"])]
             if mech.independent_rows.size < mech.m:
                 fams.append((T.redundant_multipliers_residual(mech), float(np.median(sig["lam"]))))
-            slots = ("q", "v", "a")
-            scale = self.scales.coordinates[idx]
         else:
             ind = list(self.indices)
             terms.append(L.selections(lay, rows, [("q", "z"), ("v", "zd"), ("a", "zdd")], ind,
@@ -299,30 +320,41 @@ class ForwardProblem(_AppliedForces):
                     (T.acceleration_constraints_residual(mech), sig["phidd"]),
                     (T.dynamics_residual(mech, forces=Q, indices=ind, accel_slot="zdd"),
                      sig["a"][ind])]
-            slots = ("z", "zd", "zdd")
-            scale = self.scales.coordinates[ind]
         if steps.size > 1:
-            energy_scale = self.scales.energy(self.settings.dt)
-            jerk = cols = jerk_jacobian = None
-            if self.settings.integrator != "hermite":
-                friction = (None if not mech.friction_elements
-                            else lambda q, v: friction_force_jacobians(mech, q, v))
-                energy = EnergyBalance(mech.mass_times, mech.gravity_forces(), Q,
-                                       energy_scale, friction)
-            else:
-                # the energy row for conservative forces only: constant ones have a potential
-                energy = None if not self.conserves_energy else EnergyBalance(
-                    mech.mass_times, mech.gravity_forces() + (0.0 if Q is None else Q[0]),
-                    None, energy_scale)
-                jerk, jerk_jacobian = self._jerk_function(steps)
-                cols = idx if self.coords == "dependent" else np.asarray(self.indices)[idx]
-            terms.append(IntegratorLinks(lay, rows[:-1], self.settings.dt,
-                                         self.settings.integrator, slots, idx, scale, energy,
-                                         energy_rows=with_energy, jerk=jerk, jerk_columns=cols,
-                                         jerk_step=JERK_STEP * self.settings.dt,
-                                         jerk_jacobian=jerk_jacobian))
+            terms.append(self._integrator_links(steps, plan, Q))
         terms.append(T.StackedTerm(lay, rows, fams))
         return terms
+
+    def _integrator_links(self, steps, plan, Q=None) -> IntegratorLinks:
+        """The :class:`~mbfg.graphs.links.IntegratorLinks` of the rows holding ``steps`` (at
+        least two) with the link plan ``plan`` (len(steps) - 1, d + 1); ``Q``: the applied
+        forces at the steps, if already computed."""
+        mech, settings = self.mech, self.settings
+        if Q is None:
+            Q = self.applied_forces(steps)
+        idx, with_energy = plan[:, :-1], plan[:, -1].astype(bool)
+        if self.coords == "dependent":
+            slots, scale = ("q", "v", "a"), self.scales.coordinates[idx]
+        else:
+            slots, scale = ("z", "zd", "zdd"), self.scales.coordinates[list(self.indices)]
+        energy_scale = self.scales.energy(settings.dt)
+        jerk = cols = jerk_jacobian = None
+        if settings.integrator != "hermite":
+            friction = (None if not mech.friction_elements
+                        else lambda q, v: friction_force_jacobians(mech, q, v))
+            energy = EnergyBalance(mech.mass_times, mech.gravity_forces(), Q,
+                                   energy_scale, friction)
+        else:
+            # the energy row for conservative forces only: constant ones have a potential
+            energy = None if not self.conserves_energy else EnergyBalance(
+                mech.mass_times, mech.gravity_forces() + (0.0 if Q is None else Q[0]),
+                None, energy_scale)
+            jerk, jerk_jacobian = self._jerk_function(steps)
+            cols = idx if self.coords == "dependent" else np.asarray(self.indices)[idx]
+        return IntegratorLinks(self.layout, np.arange(steps.size - 1), settings.dt,
+                               settings.integrator, slots, idx, scale, energy,
+                               energy_rows=with_energy, jerk=jerk, jerk_columns=cols,
+                               jerk_step=JERK_STEP * settings.dt, jerk_jacobian=jerk_jacobian)
 
     def _jerk_function(self, steps):
         """Two functions of (rows, X[rows]): the jerk (len(rows), n) of the model at each
@@ -343,12 +375,17 @@ class ForwardProblem(_AppliedForces):
         cols = np.r_[lay.slice("q"), lay.slice("v")]
         c = self.scales.coordinates
         inverse_scale = 1.0 / np.concatenate([c, c / dt])
-        single = StateDynamics(self.mech)
-        # a ring of recent (time, state, jerk); the states start out of reach (NaN).  With
-        # forces that do not depend on time the window's terms are cached and reused at
-        # every step, so their ``times`` are those of the first window: match on the state
+        # a ring of recent (time, state, jerk), one for every term of the problem (a window,
+        # its links with the held step, the terms rebuilt at every step under time-varying
+        # forces); the states start out of reach (NaN).  With forces that do not depend on
+        # time the window's terms are cached and reused at every step, so their ``times``
+        # are those of the first window: match on the state
         timed = callable(self.forces)
-        recent = [np.full(8, np.nan), np.full((8, 2 * n), np.nan), np.zeros((8, n)), 0]
+        if self._jerk_ring is None:
+            self._state_dynamics = StateDynamics(self.mech)
+            self._jerk_ring = [np.full(8, np.nan), np.full((8, 2 * n), np.nan),
+                               np.zeros((8, n)), 0]
+        single, recent = self._state_dynamics, self._jerk_ring
 
         def forces(t):  # (at t + h, at t - h), or (None, None) without applied forces
             if self.forces is None:

@@ -80,8 +80,10 @@ class SmootherProblem(Protocol):
     ``layout`` is the :class:`~mbfg.graphs.layout.StepLayout` of a step vector and
     ``settings`` has ``dt`` [s], ``integrator`` and optionally ``step_tolerance``.  Optional
     members the smoother uses when present: ``step_scale`` (dim,) (the Newton test of square
-    problems), ``causal`` (True: marginalize a step by holding it, :class:`HeldPredecessor`)
-    and the re-partitioning interface of :class:`RepartitioningProblem`."""
+    problems), ``causal`` (True: marginalize a step by holding it, :class:`HeldPredecessor`),
+    ``link_terms(steps, plan)`` (the window's link terms alone, evaluated with the held
+    step's link, :class:`HeldLinks`) and the re-partitioning interface of
+    :class:`RepartitioningProblem`."""
 
     layout: Any
     settings: Any
@@ -780,18 +782,18 @@ class FixedLagSmoother:
     def _held_together(self, terms, steps):
         """``terms`` with the :class:`HeldPredecessor` prior and the window's link term
         replaced by the two views of one :class:`HeldLinks` (the same rows, evaluated in one
-        call), where the problem offers that: a causal window of at least two rows whose
-        prior holds the step before it in the window's own packing, and one link term each."""
+        call), where the problem offers that (``link_terms(steps, plan)``: the window's link
+        terms alone): a causal window of at least two rows whose prior holds the step before
+        it in the window's own packing, and one link term each."""
         held = terms[0] if len(self.prior) == 1 else None
+        link_terms = getattr(self.problem, "link_terms", None)
         if not (isinstance(held, HeldPredecessor) and held.T is None and len(held.links) == 1
-                and self._incoming is not None and len(steps) >= 2):
+                and self._incoming is not None and len(steps) >= 2 and link_terms):
             return terms
         own = [i for i, t in enumerate(terms) if i > 0 and t.arity == 2]
         if len(own) != 1:
             return terms
-        plan = np.vstack([self._incoming, self.links])
-        links = [t for t in self.problem.window_terms(np.r_[steps[0] - 1, steps], plan)
-                 if t.arity == 2]
+        links = link_terms(np.r_[steps[0] - 1, steps], np.vstack([self._incoming, self.links]))
         if len(links) != 1:
             return terms
         shared = HeldLinks(links[0], held.x_prev)
