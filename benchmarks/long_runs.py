@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     ap.add_argument("--solver", choices=("smoother", "batch"), default="smoother")
     ap.add_argument("--coords", choices=("dependent", "independent"), default="dependent")
     ap.add_argument("--window", type=int, default=2, help="smoother window")
-    ap.add_argument("--integrator", choices=("hermite", "trapezoidal"), default="hermite")
+    ap.add_argument("--integrator", choices=("trapezoidal", "hermite"), default="trapezoidal")
     args = ap.parse_args(argv)
     print(machine_info())
     print(f"mbfg.simulate ({args.solver}{f', window {args.window}' if args.solver == 'smoother' else ''}, "

@@ -52,7 +52,7 @@ MODES = {  # label -> (solver, coords), in the study's grid order
 }
 
 
-def study(count: int, seed: int, t_end: float, dt: float, integrator: str = "hermite") -> dict:
+def study(count: int, seed: int, t_end: float, dt: float, integrator: str = "trapezoidal") -> dict:
     """The benchmark as a study: generated mechanisms x (solver, coordinates)."""
     return {
         "study": "robustness",
@@ -72,8 +72,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--t-end", type=float, default=5.0)
     ap.add_argument("--quick", action="store_true", help="8 mechanisms, 0.5 s")
-    ap.add_argument("--integrator", default="hermite", choices=["hermite", "trapezoidal"],
-                    help="the simulation graph's rule (default: hermite, the library's)")
+    ap.add_argument("--integrator", default="trapezoidal", choices=["trapezoidal", "hermite"],
+                    help="the simulation graph's rule (default: trapezoidal, the library's)")
     add_sweep_arguments(ap)
     args = ap.parse_args(argv)
     count, t_end = (8, 0.5) if args.quick else (args.count, args.t_end)

@@ -328,9 +328,7 @@ def test_estimators_take_the_motor_inputs(method, tmp_path):
 def test_friction_simulation_does_not_depend_on_units(length, mass):
     """Lengths scaled by ``length`` and masses by ``mass`` (gravity with the lengths, so time
     is unchanged; friction coefficients with their units, default widths derived): the
-    simulated positions scale by ``length`` to rounding, in every mode.  (The default Hermite
-    rule's jerk is a central difference at h = 1e-3 dt, which multiplies rounding by about
-    1 / (omega h): measured 1.7e-12 of the size at 1 mm, 1 g; the trapezoidal rule's 1e-13.)"""
+    simulated positions scale by ``length`` to rounding, in every mode."""
     import dataclasses
 
     from mbfg.loader import build_checked, parse_spec
@@ -358,4 +356,4 @@ def test_friction_simulation_does_not_depend_on_units(length, mass):
                            ("smoother", "independent")]:
         a = mbfg.simulate(nominal, 0.5, 1e-3, solver=solver, coords=coords).q[:, pts]
         b = mbfg.simulate(big, 0.5, 1e-3, solver=solver, coords=coords).q[:, pts] / length
-        assert np.abs(a - b).max() <= 1e-11 * 0.4, (solver, coords)
+        assert np.abs(a - b).max() <= 1e-12 * 0.4, (solver, coords)

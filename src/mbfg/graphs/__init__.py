@@ -7,11 +7,11 @@ so the batch solver and the fixed-lag smoother share one definition.
 
 #: the simulation graph's integrators (:class:`mbfg.graphs.forward.ForwardSettings`), the
 #: default first; defined here so that the CLI can offer them without importing gtsam.  The
-#: fourth-order Hermite rule is the default: at dt = 1 ms it is 1e-4-1e-6 of the trapezoidal
-#: rule's error for about 1.1x its cost (docs/benchmarks.md), and the second-order rule with
-#: constraints held exactly can be several times less accurate than the unprojected
-#: trapezoidal floor on some mechanisms (a difference of error constants, docs/theory.md)
-INTEGRATORS = ("hermite", "trapezoidal", "euler")
+#: fourth-order Hermite rule is not the default yet: its batch cost grows faster than the
+#: number of bodies where it needs the jerk's exact derivatives (dense d x 2n blocks per
+#: link; docs/benchmarks.md, "The Hermite rule as the default")
+INTEGRATORS = ("trapezoidal", "hermite", "euler")
 DEFAULT_INTEGRATOR = INTEGRATORS[0]
 
-__all__: list = ["INTEGRATORS", "DEFAULT_INTEGRATOR"]  # import the builders from their modules (forward, ...)
+# import the builders from their modules (forward, ...)
+__all__: list = ["INTEGRATORS", "DEFAULT_INTEGRATOR"]

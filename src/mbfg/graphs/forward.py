@@ -65,9 +65,9 @@ class ForwardSettings:
     ----------
     dt : float
         Time step [s].
-    integrator : "hermite", "trapezoidal" or "euler"
-        ``"trapezoidal"``: Eq. 23 with the energy balance (the paper's rule);
-        ``"hermite"`` (the default): the fourth-order two-point Hermite rule, Eq. 23 with its end
+    integrator : "trapezoidal", "hermite" or "euler"
+        ``"trapezoidal"`` (the default): Eq. 23 with the energy balance (the paper's rule);
+        ``"hermite"``: the fourth-order two-point Hermite rule, Eq. 23 with its end
         corrections, x_{k+1} - x_k - dt/2 (xd_k + xd_{k+1}) + dt^2/12 (xdd_{k+1} - xdd_k)
         and likewise for the velocities with the jerk (:mod:`mbfg.graphs.links`), with the
         energy row where every force has a potential (:attr:`ForwardProblem.conserves_energy`);

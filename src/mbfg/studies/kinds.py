@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mbfg.errors import SolverError, UsageError
-from mbfg.graphs import INTEGRATORS
+from mbfg.graphs import DEFAULT_INTEGRATOR, INTEGRATORS
 
 if TYPE_CHECKING:
     from mbfg.studies.spec import Case
@@ -334,7 +334,7 @@ register_kind(
         "dt": Setting(1e-3, positive, "time step [s]"),
         "solver": Setting("smoother", one_of("smoother", "batch"), "forward-dynamics solver"),
         "coords": Setting("dependent", one_of("dependent", "independent"), "coordinates"),
-        "integrator": Setting(INTEGRATORS[0], one_of(*INTEGRATORS), "integrator"),
+        "integrator": Setting(DEFAULT_INTEGRATOR, one_of(*INTEGRATORS), "integrator"),
         "window": Setting(2, integer_at_least(1), "fixed-lag window of the smoother"),
         "reference": Setting(False, boolean, "also compare with a DOP853 reference and the "
                              "trapezoidal floors (rmse_points, error_ratio, ...)"),
