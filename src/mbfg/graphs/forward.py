@@ -274,14 +274,18 @@ class ForwardProblem(_AppliedForces):
     def link_terms(self, steps: ArrayLike, plan: np.ndarray) -> list:
         """The integrator links of :meth:`window_terms` alone (the terms of arity 2), built
         without the window's other factors: what a fixed-lag smoother evaluates together
-        with the link from the step that left its window."""
+        with the link from the step that left its window.  ``steps``: at least two;
+        ``plan`` (len(steps) - 1, d + 1) as for :meth:`window_terms`."""
         steps = np.asarray(steps, int)
+        if steps.size < 2:
+            raise ValueError(f"links need at least two steps, got {steps.size}")
         return self._cached(("links", steps.size, _plan_key(plan)), steps,
                             lambda: [self._integrator_links(steps, self._plan(steps, plan))])
 
     def _cached(self, key, steps, build) -> list:
-        """``build()``, remembered under ``key`` for short ranges whose terms do not depend
-        on the time (no time-varying applied forces)."""
+        """``build()`` (a list of terms), kept in the problem's window cache under ``key`` for
+        short ranges whose terms do not depend on the time (no time-varying applied
+        forces)."""
         if callable(self.forces) or steps.size > 64:
             return build()
         terms = self._window_cache.get(key)
@@ -364,10 +368,12 @@ class ForwardProblem(_AppliedForces):
 
         Long ranges (a batch segment) are evaluated in one vectorized call, remembered for
         the last few step arrays (a solver evaluates the error, the linearization and the
-        convergence test at the same iterate).  Short ones (a fixed-lag window) state by state
-        with the fused single-state dynamics, reusing the jerk of a recent state within
-        ``JERK_REUSE`` of the coordinates' scales: a window is re-solved at every step, and
-        its older steps move only by rounding."""
+        convergence test at the same iterate).  Short ones (a fixed-lag window, at most 8
+        states) reuse the jerk of a recent state within ``JERK_REUSE`` of the coordinates'
+        scales (a ring shared by the problem's terms: a window is re-solved at every step,
+        and its older steps move only by rounding) and evaluate the others state by state
+        with the fused single-state dynamics, or, for mechanisms whose dynamics need the
+        batch kernels (redundant constraints, sparse saddle-point solves), in one call."""
         from mbfg.model.dynamics import StateDynamics, jerk_along, jerk_jacobians
         lay, dt, n = self.layout, self.settings.dt, self.mech.n
         times = np.asarray(steps, float) * dt

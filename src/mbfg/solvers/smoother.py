@@ -206,8 +206,11 @@ class HeldLinks:
         self.held, self.window = _HeldLinksView(self, 0), _HeldLinksView(self, 1)
 
     def _cached(self, what, X, compute, X1=None):
+        """``compute()``, remembered for the last (``what``, X, X1) and linearization mode
+        (the exact jerk derivatives change blocks, sparse entries and held changes)."""
         X = np.asarray(X)
-        key = (what, X.shape, X.tobytes(), None if X1 is None else np.asarray(X1).tobytes())
+        key = (what, self.links.exact, X.shape, X.tobytes(),
+               None if X1 is None else (np.shape(X1), np.asarray(X1).tobytes()))
         if self._memo[0] != key:
             self._memo = (key, compute())
         return self._memo[1]
@@ -217,7 +220,9 @@ class HeldLinks:
 
     def parts(self, X, what):
         """The views' parts of the evaluation ``what`` ("blocks", "coo" or "residuals") at
-        the window rows X: (held part, window part)."""
+        the window rows X (L, dim): (held part, window part), each in the form of
+        :meth:`~mbfg.graphs.batch_term.BatchTerm.blocks` (rows, [A...], e), ``coo`` (i, j,
+        v, e) or the whitened residual (T, r) of its links."""
         if what == "blocks":
             return self._cached(what, X, lambda: self._split_blocks(X))
         if what == "coo":
@@ -232,7 +237,7 @@ class HeldLinks:
     def _split_coo(self, X):
         dim = np.shape(X)[1]
         i, j, v, e = self.links.coo(self._extended(X))
-        rows = e.shape[1]
+        rows = e.shape[1]  # row i of the sparse entries is link i // rows, its row i % rows
         first = i < rows
         held = first & (j >= dim)  # the held step's columns are constants here
         rest = ~first
@@ -790,6 +795,9 @@ class FixedLagSmoother:
         if not (isinstance(held, HeldPredecessor) and held.T is None and len(held.links) == 1
                 and self._incoming is not None and len(steps) >= 2 and link_terms):
             return terms
+        if not (self.history and self.history[-1][0] == steps[0] - 1):
+            return terms  # the held step is not the one before row 0 (its link's plan is
+            # then not ``_incoming``; causal problems leave one row at a time)
         own = [i for i, t in enumerate(terms) if i > 0 and t.arity == 2]
         if len(own) != 1:
             return terms
