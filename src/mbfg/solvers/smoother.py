@@ -223,11 +223,9 @@ class HeldLinks:
         the window rows X (L, dim): (held part, window part), each in the form of
         :meth:`~mbfg.graphs.batch_term.BatchTerm.blocks` (rows, [A...], e), ``coo`` (i, j,
         v, e) or the whitened residual (T, r) of its links."""
-        if what == "blocks":
-            return self._cached(what, X, lambda: self._split_blocks(X))
-        if what == "coo":
-            return self._cached(what, X, lambda: self._split_coo(X))
-        return self._cached(what, X, lambda: self._split_residuals(X))
+        split = {"blocks": self._split_blocks, "coo": self._split_coo,
+                 "residuals": self._split_residuals}[what]
+        return self._cached(what, X, lambda: split(X))
 
     def _split_blocks(self, X):
         pairs, (A0, A1), e = self.links.blocks(self._extended(X))
@@ -711,20 +709,16 @@ class FixedLagSmoother:
         the new step's prediction)."""
         d = self.dim
         if getattr(self.problem, "causal", False):
-            plan = np.array(self.links[:1]) if self.links else None
-            terms = self.problem.window_terms([self.first, self.first + 1], plan,
-                                              incoming=self._incoming)
-            self.prior = [HeldPredecessor([t for t in terms if t.arity == 2], W[0])]
+            self.prior = [HeldPredecessor(self._links_between(self.first, self.links[:1]),
+                                          W[0])]
             return
         W_lin, blocks = self._lin
         if m > 1 or self._lin_first != self.first:
             W_lin, blocks = self._relinearized(W, m)
         if W_lin.shape[0] < 2:
             W_lin = np.vstack([W_lin[0], W[1]])
-            plan = np.array(self.links[:1]) if self.links else None
-            links = self.problem.window_terms([self.first, self.first + 1], plan,
-                                              incoming=self._incoming)
-            blocks = blocks + [b for b in (t.blocks(W_lin) for t in links) if len(b[1]) == 2]
+            blocks = blocks + [t.blocks(W_lin)
+                               for t in self._links_between(self.first, self.links[:1])]
         carried = []  # rows [R | 0 | r] on row j left by eliminating row j - 1
         for j in range(m):
             top, bottom = list(carried), []
@@ -750,6 +744,18 @@ class FixedLagSmoother:
         k = int(np.count_nonzero(sv > sv[0] * max(R1.shape) * np.finfo(float).eps)) if sv.size else 0
         A = sv[:k, None] * Vt[:k]
         self.prior = [UnaryLinear([0], A, A @ W_lin[m] - U[:, :k].T @ r1)]
+
+    def _links_between(self, step, plan):
+        """The link terms from ``step`` to ``step + 1`` with the plan rows ``plan`` (a list;
+        empty where links need none): the problem's ``link_terms`` where it offers them,
+        else the terms of arity 2 among its window terms."""
+        steps = np.array([step, step + 1])
+        plan = np.array(plan) if plan else None
+        link_terms = getattr(self.problem, "link_terms", None)
+        if link_terms is not None and plan is not None:
+            return link_terms(steps, plan)
+        return [t for t in self.problem.window_terms(steps, plan, incoming=self._incoming)
+                if t.arity == 2]
 
     def _relinearized(self, W, m):
         """(W_lin, blocks) of rows 0 .. m of the window before the new step was appended, at
