@@ -107,12 +107,15 @@ class StackedTerm(BatchTerm):
         """Where each family's Jacobian blocks can be nonzero: {slot: (i, j)} per family, the
         union of the nonzeros at two random step vectors (the kernels' zeros at a given
         state, e.g. dPhi_q/dt at rest, are not structural).  Gathering these entries costs
-        the number of nonzeros, not rows x coordinates."""
+        the number of nonzeros, not rows x coordinates.  Evaluated at one state per step
+        of the term, since per-step inputs (a time-varying applied force) have that shape."""
         rng = np.random.default_rng(0)
+        steps = len(self.rows)
         out = None
         for _ in range(2):
-            _, Js = self._evaluate(rng.normal(size=(1, dim)), True)
-            cur = [{slot: np.asarray(J[slot]).reshape(np.shape(J[slot])[-2:]) != 0
+            _, Js = self._evaluate(rng.normal(size=(steps, dim)), True)
+            cur = [{slot: np.any(np.asarray(J[slot]).reshape((-1,) + np.shape(J[slot])[-2:])
+                                 != 0, axis=0)
                     for slot in J} for _, J in Js]
             out = cur if out is None else [{k: a[k] | b[k] for k in a} for a, b in zip(out, cur)]
         return [{k: np.nonzero(m) for k, m in fam.items()} for fam in out]
