@@ -22,6 +22,7 @@ Python process (so memory peaks are separate) and reports:
   the same budget rule (``--batch-budget``).
 
     python benchmarks/body_scaling.py [--max-n 400] [--sizes 10 50 100 200 400] [--link-length 0.1]
+        [--integrator hermite]
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info  # noqa: E402
+
+from mbfg.graphs import DEFAULT_INTEGRATOR, INTEGRATORS  # noqa: E402
 
 SIZES = (10, 50, 100, 200, 400)
 REPEAT = 5
@@ -59,16 +62,20 @@ def best_ms(run, repeat: int = REPEAT) -> float:
     return 1e3 * best
 
 
-def measure(links: int, smoother: bool, batch: bool = True, link_length: float | None = None
-            ) -> dict:
-    """All measurements for one chain, in this process."""
+def measure(links: int, smoother: bool, batch: bool = True, link_length: float | None = None,
+            integrator: str | None = None) -> dict:
+    """All measurements for one chain, in this process (``integrator``: the forward-dynamics
+    rule, default mbfg's)."""
     import numpy as np
 
     import mbfg
     from mbfg.model import constraints as C
     from mbfg.model.dynamics import forward_dynamics
 
+    from mbfg.graphs import DEFAULT_INTEGRATOR
     from mbfg.testing import pendulum_chain_yaml
+
+    integrator = integrator or DEFAULT_INTEGRATOR
 
     text = (pendulum_chain_yaml(links) if link_length is None
             else pendulum_chain_yaml(links, links * link_length, links * link_length))
@@ -90,7 +97,7 @@ def measure(links: int, smoother: bool, batch: bool = True, link_length: float |
             from mbfg.drivers.forward_dynamics import make_problem
             from mbfg.solvers.smoother import FixedLagSmoother
             t0 = time.perf_counter()
-            problem = make_problem(mech, 1e-3, "dependent", "trapezoidal", None, mech.q0)
+            problem = make_problem(mech, 1e-3, "dependent", integrator, None, mech.q0)
             sm = FixedLagSmoother(problem, 2, relative_tolerance=0.0, absolute_tolerance=0.0)
             sm.initialize(mech.q0, np.zeros(mech.n))
             sm.advance()  # its window still holds the initial priors (over-determined)
@@ -104,9 +111,9 @@ def measure(links: int, smoother: bool, batch: bool = True, link_length: float |
     if batch:
         try:
             from mbfg.drivers.forward_dynamics import simulate_batch
-            simulate_batch(mech, 0.01)
+            simulate_batch(mech, 0.01, integrator=integrator)
             t0 = time.perf_counter()
-            res = simulate_batch(mech, BATCH_T)
+            res = simulate_batch(mech, BATCH_T, integrator=integrator)
             out["batch_s"] = time.perf_counter() - t0
             out["batch_steps"] = res.q.shape[0] - 1
             out["batch_iterations"] = res.stats.iterations
@@ -130,8 +137,10 @@ def within_budget(what: str, last: tuple | None, links: int, budget: float,
 
 
 def run_child(links: int, smoother: bool, batch: bool = True,
-              link_length: float | None = None) -> dict:
+              link_length: float | None = None, integrator: str | None = None) -> dict:
     cmd = [sys.executable, __file__, "--child", str(links)]
+    if integrator is not None:
+        cmd += ["--integrator", integrator]
     if link_length is not None:
         cmd += ["--link-length", repr(link_length)]
     if not smoother:
@@ -160,19 +169,22 @@ def main(argv=None):
     ap.add_argument("--link-length", type=float, default=None,
                     help="links of this length [m] and mass [kg] each (default: a 1 m, 1 kg "
                          "chain)")
+    ap.add_argument("--integrator", choices=INTEGRATORS, default=None,
+                    help=f"integration rule of the smoother and batch runs (default "
+                         f"{DEFAULT_INTEGRATOR})")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
         print(json.dumps(measure(args.child, not args.no_smoother, not args.no_batch,
-                                 args.link_length)))
+                                 args.link_length, args.integrator)))
         return
 
     sizes = [s for s in args.sizes if args.max_n is None or s <= args.max_n]
     print(f"Machine: {machine_info()}\n")
     chain = ("1 m, 1 kg" if args.link_length is None
              else f"links of {args.link_length:g} m and {args.link_length:g} kg")
-    print(f"N-link pendulum chains ({chain}; n = 2N coordinates, m = N constraints), one "
-          f"process per N; "
+    print(f"N-link pendulum chains ({chain}; n = 2N coordinates, m = N constraints), "
+          f"{args.integrator or DEFAULT_INTEGRATOR} rule, one process per N; "
           f"kernel times are the fastest of {REPEAT} (forward dynamics: of 2); smoother: "
           f"window 2, dt = 1 ms: set-up (problem, steps 0 and 1) and the mean of "
           f"{SMOOTHER_STEPS} steps after it; batch: {BATCH_T:g} s at 1 ms after a 0.01 s "
@@ -190,7 +202,7 @@ def main(argv=None):
         batch_timed = batch and within_budget("batch", last_batch, links, args.batch_budget,
                                               notes)
         batch = batch_timed
-        r = run_child(links, timed, batch_timed, args.link_length)
+        r = run_child(links, timed, batch_timed, args.link_length, args.integrator)
         if "error" in r:
             print(f"| {links} | {2 * links} | {links} | failed: {r['error']} | | | | | | | | | |",
                   flush=True)

@@ -18,6 +18,7 @@ from mbfg.model.dynamics import forward_dynamics
 from mbfg.model.constraints import position_constraints
 from mbfg.model.integrate import integrate_reference, integrate_trapezoidal
 from mbfg.model.scales import coordinate_scales
+from mbfg.solvers.batch import held_settles_in
 from mbfg.solvers.smoother import FixedLagSmoother
 from mbfg.testing import pendulum_chain_yaml
 
@@ -115,8 +116,9 @@ def test_long_chain_error_at_the_trapezoidal_floor(length, mass, integrator):
     of total length 0.2 m to 20 m and mass 50 g to 500 kg, released horizontally, 0.2 s at
     1 ms: its error against DOP853 at 1e-12 is at most twice that of the plain trapezoidal
     rule at the same dt (the floor), and it stays on the constraints.  The 5 mm links whip:
-    the Hermite rule converges there only with the jerk's exact derivatives (it stopped with
-    the jerk held; measured now 0.023 x the floor)."""
+    the Hermite rule stopped there with the jerk held throughout; it now holds the jerk
+    while its change contracts and linearizes it exactly where it does not (measured
+    0.023 x the floor, 0.00025 x and 9e-6 x on the 2 m and 20 m chains)."""
     mech = mbfg.mechanism_from_yaml(pendulum_chain_yaml(40, length=length, mass=mass),
                                     "chain40")
     assert mech.n >= P.SPARSE_QUALITY_MIN_COORDINATES
@@ -129,3 +131,56 @@ def test_long_chain_error_at_the_trapezoidal_floor(length, mass, integrator):
 
     assert rmse(res.q) <= 2.0 * rmse(floor.q)
     assert np.max(np.abs(position_constraints(mech, res.q))) <= 1e-9 * (length / 40) ** 2
+
+
+def test_held_parts_settle_in_predicted_solves():
+    """The contraction test of the held jerk (mbfg.solvers.batch.held_settles_in):
+    change * (change / previous)^solves against the tolerance."""
+    tol = 1e-12
+    assert held_settles_in(1e-5, None, 0, tol)  # no ratio after the first solve
+    assert held_settles_in(1e-13, 1e-5, 0, tol)  # settled already
+    assert held_settles_in(1e-6, 1e-5, 6, tol)  # 1e-6 * 0.1^6 = 1e-12
+    assert not held_settles_in(1e-6, 1e-5, 5, tol)
+    assert not held_settles_in(2e-5, 1e-5, 50, tol)  # growing
+    assert not held_settles_in(float("nan"), 1e-5, 50, tol)
+    assert held_settles_in(1e-6, 1e-5, 50, None)  # no tolerance: nothing to settle
+
+
+def test_large_mechanisms_hold_the_jerk_while_it_contracts(monkeypatch):
+    """A 40-link chain of 2 m (n = 80 >= HOLD_MIN_COORDINATES), slow at dt = 1 ms: the
+    Hermite smoother and batch keep the jerk held through their later solves while its
+    change contracts, so they never form the dense exact derivatives (O(n^2) per step), and
+    solve the same rows as with them, to the step tolerance."""
+    import mbfg.drivers.forward_dynamics as driver_module
+    from mbfg.drivers.forward_dynamics import simulate_batch
+    from mbfg.model import dynamics
+
+    assert smoother_module.HOLD_MIN_COORDINATES == driver_module.HOLD_MIN_COORDINATES <= 80
+    mech = mbfg.mechanism_from_yaml(pendulum_chain_yaml(40, length=2.0, mass=3.0), "chain40")
+    calls = []
+    original = dynamics.jerk_jacobians
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dynamics, "jerk_jacobians", counted)
+
+    def run():
+        calls.clear()
+        sm = simulate_smoother(mech, 0.05, 1e-3, window=2, integrator="hermite")
+        n_sm = len(calls)
+        calls.clear()
+        return sm, n_sm, simulate_batch(mech, 0.05, 1e-3, integrator="hermite"), len(calls)
+
+    held_sm, held_sm_calls, held_b, held_b_calls = run()
+    assert held_sm_calls == 0 and held_b_calls == 0
+    assert held_sm.stats["iterations"] > held_sm.stats["steps"]  # later solves were needed
+    for module in (smoother_module, driver_module):
+        monkeypatch.setattr(module, "HOLD_MIN_COORDINATES", 10 ** 9)
+    exact_sm, exact_sm_calls, exact_b, _ = run()
+    assert exact_sm_calls > 0
+    length = 2.0 / 40
+    for held, exact in ((held_sm, exact_sm), (held_b, exact_b)):
+        np.testing.assert_allclose(held.q, exact.q, rtol=0, atol=1e-9 * length)
+        np.testing.assert_allclose(held.qd, exact.qd, rtol=0, atol=1e-9 * length / 1e-3)

@@ -17,7 +17,7 @@ from mbfg.model.forces import ForceInput, forces_at
 from mbfg.model.nonconservative import with_inputs
 from mbfg.model.partition import partition_along
 from mbfg.results import Stats, TrajectoryResult
-from mbfg.solvers.batch import linearize_exactly, optimize
+from mbfg.solvers.batch import HOLD_MIN_COORDINATES, linearize_exactly, optimize
 from mbfg.solvers.smoother import FixedLagSmoother
 
 if TYPE_CHECKING:
@@ -198,7 +198,8 @@ def _solve_segment(problem, p, start, stop, dt, links, hold=False, energy=True):
                           step_tolerance=seg.settings.step_tolerance,
                           max_iterations=SEGMENT_ITERATIONS if stop > start + 1 else 50,
                           what=f"batch forward dynamics (steps {start}-{stop})",
-                          causal=getattr(seg, "causal", False))
+                          causal=getattr(seg, "causal", False),
+                          hold=seg.mech.n >= HOLD_MIN_COORDINATES)
     return seg, stop, Xs, plan, st
 
 

@@ -58,7 +58,8 @@ import scipy.stats
 from mbfg.errors import ConvergenceError, MbfgError
 from mbfg.graphs.batch_term import BatchTerm, add_blocks, block
 from mbfg.graphs.linear_blocks import UnaryLinear
-from mbfg.solvers.batch import (held_settled, linearize_exactly, optimize, residual_floor,
+from mbfg.solvers.batch import (HOLD_MIN_COORDINATES, held_change, held_settled,
+                                held_settles_in, linearize_exactly, optimize, residual_floor,
                                 step_converged)
 from mbfg.solvers.sparse import SPARSE_MIN_UNKNOWNS, assemble, solve_sparse
 
@@ -901,8 +902,11 @@ class FixedLagSmoother:
         converged = False
         # the held parts of the terms (the Hermite rule's jerk) are held until they keep the
         # solve from converging (see linearize_exactly); the window terms are reused by the
-        # next solves, which start held again
+        # next solves, which start held again.  Large mechanisms hold them while they
+        # contract fast enough to settle within the solves left (HOLD_MIN_COORDINATES).
         linearize_exactly(terms, False)
+        hold = self.step_tolerance is not None and self.problem.mech.n >= HOLD_MIN_COORDINATES
+        held_before = None
         while True:
             err, blocks = self._linearize(W, terms, keys)
             lin = (W, blocks)
@@ -924,6 +928,15 @@ class FixedLagSmoother:
             it += 1
             W_prev, prev_err = W, err
             W = W + D
+            if hold:
+                change = held_change(terms, W_prev, W)
+                if self._converged(D, predicted, err) and change <= self.step_tolerance:
+                    converged = True
+                    break
+                if not held_settles_in(change, held_before, limit - it, self.step_tolerance):
+                    linearize_exactly(terms)
+                held_before = change
+                continue
             if self._converged(D, predicted, err) \
                     and held_settled(terms, W_prev, W, self.step_tolerance):
                 converged = True  # W + D is the (free) last Gauss-Newton step
