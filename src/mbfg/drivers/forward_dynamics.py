@@ -193,15 +193,15 @@ def _solve_segment(problem, p, start, stop, dt, links, hold=False, energy=True):
     # exact derivatives are not cheap (see optimize's ``hold``; the 400-link chain's batch
     # took 3x longer with them).  A short segment's terms may be cached ones, so both
     # cases are set here.
-    hold = seg.mech.n >= HOLD_MIN_COORDINATES
-    linearize_exactly(terms, stop - start <= 1 and not hold)
+    hold_jerk = seg.mech.n >= HOLD_MIN_COORDINATES
+    linearize_exactly(terms, stop - start <= 1 and not hold_jerk)
     with np.errstate(over="ignore", invalid="ignore"):  # a diverging trial step is rejected
         Xs, st = optimize(terms, X0,
                           seg.layout.keys(steps), step_scale=seg.step_scale,
                           step_tolerance=seg.settings.step_tolerance,
                           max_iterations=SEGMENT_ITERATIONS if stop > start + 1 else 50,
                           what=f"batch forward dynamics (steps {start}-{stop})",
-                          causal=getattr(seg, "causal", False), hold=hold)
+                          causal=getattr(seg, "causal", False), hold=hold_jerk)
     return seg, stop, Xs, plan, st
 
 

@@ -56,7 +56,10 @@ class StackedTerm(BatchTerm):
             Js.append((off, J))
             off += e.shape[1]
         self._weights(es)
-        return np.concatenate(es, axis=1), Js
+        lead = np.broadcast_shapes(*(e.shape[:-1] for e in es))  # (per-step inputs at one
+        # state: the structure probe)
+        return np.concatenate([np.broadcast_to(e, lead + e.shape[-1:]) for e in es],
+                              axis=1), Js
 
     def residual(self, Xs: ArrayLike, jacobians: bool = True) -> tuple:
         """Stacked unwhitened residuals (T, r) and Jacobians (T, r, dim) of step vectors Xs."""
@@ -107,13 +110,11 @@ class StackedTerm(BatchTerm):
         """Where each family's Jacobian blocks can be nonzero: {slot: (i, j)} per family, the
         union of the nonzeros at two random step vectors (the kernels' zeros at a given
         state, e.g. dPhi_q/dt at rest, are not structural).  Gathering these entries costs
-        the number of nonzeros, not rows x coordinates.  Evaluated at one state per step
-        of the term, since per-step inputs (a time-varying applied force) have that shape."""
+        the number of nonzeros, not rows x coordinates."""
         rng = np.random.default_rng(0)
-        steps = len(self.rows)
         out = None
         for _ in range(2):
-            _, Js = self._evaluate(rng.normal(size=(steps, dim)), True)
+            _, Js = self._evaluate(rng.normal(size=(1, dim)), True)
             cur = [{slot: np.any(np.asarray(J[slot]).reshape((-1,) + np.shape(J[slot])[-2:])
                                  != 0, axis=0)
                     for slot in J} for _, J in Js]

@@ -70,7 +70,10 @@ class DynamicsJacobians:
 def _applied(mech, Q, q, qd, jacobians=False):
     """Every generalized force of Eq. (4) at (q, qdot), shape of q: gravity, the applied
     ``Q`` and the mechanism's own friction (:mod:`mbfg.model.nonconservative`).  With
-    ``jacobians``: (forces, dQ_f/dq, dQ_f/dqdot), the derivatives None without friction."""
+    ``jacobians``: (forces, dQ_f/dq, dQ_f/dqdot), the derivatives None without friction.
+    Applied forces given per step (T, n) at one state (1, n) give (T, n): the structure
+    probe of a term (:meth:`mbfg.graphs.terms.StackedTerm._structure`) evaluates one
+    state of a term whose time-varying forces have a row per step."""
     out = mech.gravity_forces() if Q is None else mech.gravity_forces() + np.asarray(Q, float)
     d_q = d_qd = None
     if mech.friction_elements and jacobians:
@@ -78,7 +81,7 @@ def _applied(mech, Q, q, qd, jacobians=False):
         out = out + Qf
     elif mech.friction_elements:
         out = out + friction_forces(mech, q, qd)
-    out = C.broadcast_to_shape(out, q.shape)
+    out = C.broadcast_to_shape(out, np.broadcast_shapes(np.shape(out), q.shape))
     return (out, d_q, d_qd) if jacobians else out
 
 

@@ -105,8 +105,15 @@ dense (n, 2n) block per step (O(n^2) entries, O(n^3) work), where a held solve c
 Measured on the 1 m pendulum chain, smoother window 2, Hermite rule, the same number of
 solves either way: 4.1 against 5.9 ms/step at n = 20, 9.9 against 18.4 at n = 32 and 37
 against 170 at n = 200 (the held parts contract by 0.03-0.08 per solve there).  Smaller
-mechanisms switch at the second solve, as validated on the generated families over 100 s;
-their exact derivatives cost little."""
+mechanisms keep the rules validated on the generated families over 100 s: the smoother
+switches at a window's second solve, :func:`optimize` once a step converged but left the
+held parts unsettled; their exact derivatives cost little."""
+
+HELD_HORIZON = 8
+"""Most further solves over which :func:`held_settles_in` may predict held parts to settle
+before the exact derivatives are taken: a held change of 1e-5 must contract by 0.13 per
+solve or better to reach a step tolerance of 1e-12 in them (the exact derivatives converge
+in about 3, each costing several held solves on a large mechanism)."""
 
 
 def held_settles_in(change: float, previous: float | None, solves: int,
@@ -115,6 +122,8 @@ def held_settles_in(change: float, previous: float | None, solves: int,
     solves (:func:`held_change`) are predicted to settle, contracting at that ratio, within
     ``solves`` more: change * (change / previous)^solves <= step_tolerance.  True after the
     first solve (``previous`` None: no ratio yet) and when they have settled already."""
+    if change != change:
+        return False  # NaN: nothing to predict from
     if step_tolerance is None or change <= step_tolerance or previous is None:
         return True
     if not previous > 0.0 or not change < previous:
@@ -381,9 +390,10 @@ def optimize(
     unconverged.  A single step is still damped when it must be (its elimination is cheap).
 
     Parts that terms hold constant in their linearization (:func:`linearize_exactly`) are
-    linearized exactly once an undamped step converged but left them unsettled; with
-    ``hold`` (large mechanisms, :data:`HOLD_MIN_COORDINATES`) only where their change does
-    not contract fast enough to settle within the iterations left (:func:`held_settles_in`),
+    linearized exactly once an undamped step converged but left them unsettled.  With
+    ``hold`` (large mechanisms, :data:`HOLD_MIN_COORDINATES`) they are instead, after any
+    accepted undamped step, where their change does not contract fast enough to settle
+    within the iterations left, at most :data:`HELD_HORIZON` (:func:`held_settles_in`),
     and never in large causal graphs without damped steps: where their held parts do not
     settle within ``max_iterations`` the callers retry shorter segments, in which they
     contract faster (on a 100-link chain the exact derivatives of a 100-step segment took
@@ -470,9 +480,9 @@ def optimize(
                 if hold and lam == 0.0:
                     change = held_change(terms, prev_X, Y)
                     settled = step_tolerance is None or change <= step_tolerance
-                    if not undamped_only and not held_settles_in(
-                            change, held_before, max_iterations - stats.iterations,
-                            step_tolerance):
+                    left = min(max_iterations - stats.iterations, HELD_HORIZON)
+                    if not undamped_only and left > 0 and not held_settles_in(
+                            change, held_before, left, step_tolerance):
                         linearize_exactly(terms)
                     held_before = change
                 elif model_exact or small_step:
@@ -516,6 +526,6 @@ def optimize(
 
 __all__ = [
     "SolverStats", "step_converged", "held_change", "held_settled", "held_settles_in",
-    "HOLD_MIN_COORDINATES", "residual_floor", "marquardt_scale",
+    "HOLD_MIN_COORDINATES", "HELD_HORIZON", "residual_floor", "marquardt_scale",
     "total_error", "linearize", "graph_of", "causal_step", "read_delta", "optimize"
 ]

@@ -58,7 +58,7 @@ import scipy.stats
 from mbfg.errors import ConvergenceError, MbfgError
 from mbfg.graphs.batch_term import BatchTerm, add_blocks, block
 from mbfg.graphs.linear_blocks import UnaryLinear
-from mbfg.solvers.batch import (HOLD_MIN_COORDINATES, held_change, held_settled,
+from mbfg.solvers.batch import (HELD_HORIZON, HOLD_MIN_COORDINATES, held_change, held_settled,
                                 held_settles_in, linearize_exactly, optimize, residual_floor,
                                 step_converged)
 from mbfg.solvers.sparse import SPARSE_MIN_UNKNOWNS, assemble, solve_sparse
@@ -905,7 +905,8 @@ class FixedLagSmoother:
         # next solves, which start held again.  Large mechanisms hold them while they
         # contract fast enough to settle within the solves left (HOLD_MIN_COORDINATES).
         linearize_exactly(terms, False)
-        hold = self.step_tolerance is not None and self.problem.mech.n >= HOLD_MIN_COORDINATES
+        n = getattr(getattr(self.problem, "mech", None), "n", 0)
+        hold = self.step_tolerance is not None and n >= HOLD_MIN_COORDINATES
         held_before = None
         while True:
             err, blocks = self._linearize(W, terms, keys)
@@ -933,7 +934,9 @@ class FixedLagSmoother:
                 if self._converged(D, predicted, err) and change <= self.step_tolerance:
                     converged = True
                     break
-                if not held_settles_in(change, held_before, limit - it, self.step_tolerance):
+                left = min(limit - it, HELD_HORIZON)
+                if left > 0 and not held_settles_in(change, held_before, left,
+                                                    self.step_tolerance):
                     linearize_exactly(terms)
                 held_before = change
                 continue
