@@ -153,11 +153,12 @@ def test_large_mechanisms_hold_the_jerk_while_it_contracts(monkeypatch):
     while its change contracts, so they rarely form the dense exact derivatives (O(n^2) per
     step) that the rules of small mechanisms take here, and solve the same rows as with
     them, to the step tolerance."""
-    import mbfg.drivers.forward_dynamics as driver_module
+    import mbfg.solvers.batch as batch_module
     from mbfg.drivers.forward_dynamics import simulate_batch
     from mbfg.model import dynamics
 
-    assert smoother_module.HOLD_MIN_COORDINATES == driver_module.HOLD_MIN_COORDINATES <= 80
+    assert batch_module.held_horizon(80) >= batch_module.HELD_HORIZON > 0
+    assert batch_module.held_horizon(batch_module.HOLD_MIN_COORDINATES - 1) == 0
     length = 0.2
     mech = mbfg.mechanism_from_yaml(pendulum_chain_yaml(40, length=length, mass=length),
                                     "chain40")
@@ -175,8 +176,7 @@ def test_large_mechanisms_hold_the_jerk_while_it_contracts(monkeypatch):
         return solve(mech, 0.05, 1e-3, integrator="hermite"), len(calls)
 
     held = [run(lambda *a, **k: simulate_smoother(*a, window=2, **k)), run(simulate_batch)]
-    for module in (smoother_module, driver_module):
-        monkeypatch.setattr(module, "HOLD_MIN_COORDINATES", 10 ** 9)
+    monkeypatch.setattr(batch_module, "HOLD_MIN_COORDINATES", 10 ** 9)
     exact = [run(lambda *a, **k: simulate_smoother(*a, window=2, **k)), run(simulate_batch)]
     (_, sm_held), (_, b_held) = held
     (_, sm_exact), (_, b_exact) = exact

@@ -17,7 +17,7 @@ from mbfg.model.forces import ForceInput, forces_at
 from mbfg.model.nonconservative import with_inputs
 from mbfg.model.partition import partition_along
 from mbfg.results import Stats, TrajectoryResult
-from mbfg.solvers.batch import HOLD_MIN_COORDINATES, linearize_exactly, optimize
+from mbfg.solvers.batch import held_horizon, linearize_exactly, optimize
 from mbfg.solvers.smoother import FixedLagSmoother
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def _solve_segment(problem, p, start, stop, dt, links, hold=False, energy=True):
     # exact derivatives are not cheap (see optimize's ``hold``; the 400-link chain's batch
     # took 3x longer with them).  A short segment's terms may be cached ones, so both
     # cases are set here.
-    hold_jerk = seg.mech.n >= HOLD_MIN_COORDINATES
+    hold_jerk = held_horizon(seg.mech.n)
     linearize_exactly(terms, stop - start <= 1 and not hold_jerk)
     with np.errstate(over="ignore", invalid="ignore"):  # a diverging trial step is rejected
         Xs, st = optimize(terms, X0,

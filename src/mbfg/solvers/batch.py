@@ -110,10 +110,21 @@ switches at a window's second solve, :func:`optimize` once a step converged but 
 held parts unsettled; their exact derivatives cost little."""
 
 HELD_HORIZON = 8
-"""Most further solves over which :func:`held_settles_in` may predict held parts to settle
-before the exact derivatives are taken: a held change of 1e-5 must contract by 0.13 per
-solve or better to reach a step tolerance of 1e-12 in them (the exact derivatives converge
-in about 3, each costing several held solves on a large mechanism)."""
+"""The fewest further solves over which :func:`held_settles_in` may predict held parts to
+settle before a large mechanism takes the exact derivatives (:func:`held_horizon`)."""
+
+
+def held_horizon(n_coordinates: int) -> int:
+    """The most further solves over which the held parts of a mechanism with
+    ``n_coordinates`` may be predicted to settle (:func:`held_settles_in`) before the solvers
+    take the exact derivatives: 0 below :data:`HOLD_MIN_COORDINATES` (the rules validated on
+    small mechanisms), else max(HELD_HORIZON, n / 8).  An exact solve costs about n / 25
+    held ones on the pendulum chains (2 at n = 32, 8 at n = 200, the dense KKT solves of
+    the derivatives growing faster beyond) and the exact derivatives converge in about 3,
+    so holding pays for up to about n / 8 solves; a fixed 8 made the 400-link chain's
+    batch (single retried steps, 50 iterations each) take them, and 2-4x longer."""
+    n = int(n_coordinates)
+    return 0 if n < HOLD_MIN_COORDINATES else max(HELD_HORIZON, n // 8)
 
 
 def held_settles_in(change: float, previous: float | None, solves: int,
@@ -364,7 +375,7 @@ def optimize(
     step_tolerance: float | None = None,
     what: str = "batch optimization",
     causal: bool = False,
-    hold: bool = False,
+    hold: int = 0,
 ) -> tuple:
     """Minimize ``sum(term.error(X))`` over the step vectors ``X`` (N, dim) with keys ``keys``.
 
@@ -391,9 +402,9 @@ def optimize(
 
     Parts that terms hold constant in their linearization (:func:`linearize_exactly`) are
     linearized exactly once an undamped step converged but left them unsettled.  With
-    ``hold`` (large mechanisms, :data:`HOLD_MIN_COORDINATES`) they are instead, after any
+    ``hold`` > 0 (large mechanisms: :func:`held_horizon`) they are instead, after any
     accepted undamped step, where their change does not contract fast enough to settle
-    within the iterations left, at most :data:`HELD_HORIZON` (:func:`held_settles_in`),
+    within the iterations left, at most ``hold`` (:func:`held_settles_in`),
     and never in large causal graphs without damped steps: where their held parts do not
     settle within ``max_iterations`` the callers retry shorter segments, in which they
     contract faster (on a 100-link chain the exact derivatives of a 100-step segment took
@@ -480,7 +491,7 @@ def optimize(
                 if hold and lam == 0.0:
                     change = held_change(terms, prev_X, Y)
                     settled = step_tolerance is None or change <= step_tolerance
-                    left = min(max_iterations - stats.iterations, HELD_HORIZON)
+                    left = min(max_iterations - stats.iterations, hold)
                     if not undamped_only and left > 0 and not held_settles_in(
                             change, held_before, left, step_tolerance):
                         linearize_exactly(terms)
@@ -526,6 +537,6 @@ def optimize(
 
 __all__ = [
     "SolverStats", "step_converged", "held_change", "held_settled", "held_settles_in",
-    "HOLD_MIN_COORDINATES", "HELD_HORIZON", "residual_floor", "marquardt_scale",
+    "HOLD_MIN_COORDINATES", "HELD_HORIZON", "held_horizon", "residual_floor", "marquardt_scale",
     "total_error", "linearize", "graph_of", "causal_step", "read_delta", "optimize"
 ]

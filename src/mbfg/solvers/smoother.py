@@ -58,9 +58,8 @@ import scipy.stats
 from mbfg.errors import ConvergenceError, MbfgError
 from mbfg.graphs.batch_term import BatchTerm, add_blocks, block
 from mbfg.graphs.linear_blocks import UnaryLinear
-from mbfg.solvers.batch import (HELD_HORIZON, HOLD_MIN_COORDINATES, held_change, held_settled,
-                                held_settles_in, linearize_exactly, optimize, residual_floor,
-                                step_converged)
+from mbfg.solvers.batch import (held_change, held_horizon, held_settled, held_settles_in,
+                                linearize_exactly, optimize, residual_floor, step_converged)
 from mbfg.solvers.sparse import SPARSE_MIN_UNKNOWNS, assemble, solve_sparse
 
 if TYPE_CHECKING:
@@ -903,10 +902,10 @@ class FixedLagSmoother:
         # the held parts of the terms (the Hermite rule's jerk) are held until they keep the
         # solve from converging (see linearize_exactly); the window terms are reused by the
         # next solves, which start held again.  Large mechanisms hold them while they
-        # contract fast enough to settle within the solves left (HOLD_MIN_COORDINATES).
+        # contract fast enough to settle within the solves left (held_horizon).
         linearize_exactly(terms, False)
-        n = getattr(getattr(self.problem, "mech", None), "n", 0)
-        hold = self.step_tolerance is not None and n >= HOLD_MIN_COORDINATES
+        hold = 0 if self.step_tolerance is None else held_horizon(
+            getattr(getattr(self.problem, "mech", None), "n", 0))
         held_before = None
         while True:
             err, blocks = self._linearize(W, terms, keys)
@@ -934,7 +933,7 @@ class FixedLagSmoother:
                 if self._converged(D, predicted, err) and change <= self.step_tolerance:
                     converged = True
                     break
-                left = min(limit - it, HELD_HORIZON)
+                left = min(limit - it, hold)
                 if left > 0 and not held_settles_in(change, held_before, left,
                                                     self.step_tolerance):
                     linearize_exactly(terms)
