@@ -142,6 +142,15 @@ def held_settles_in(change: float, previous: float | None, solves: int,
     return change * (change / previous) ** max(int(solves), 0) <= step_tolerance
 
 
+def hold_while_settling(terms: list, change: float, previous: float | None, solves: int,
+                        step_tolerance: float | None) -> None:
+    """Linearize the terms' held parts exactly (:func:`linearize_exactly`) where their
+    ``change`` after ``previous`` is not predicted to settle within ``solves`` more
+    (:func:`held_settles_in`); nothing when no solve is left."""
+    if solves > 0 and not held_settles_in(change, previous, solves, step_tolerance):
+        linearize_exactly(terms)
+
+
 def linearize_exactly(terms: list, on: bool = True) -> bool:
     """Ask the terms that hold parts of their rows constant in their linearization (those
     with a ``linearize_exactly`` method, e.g. the Hermite rule's jerk terms,
@@ -491,10 +500,10 @@ def optimize(
                 if hold and lam == 0.0:
                     change = held_change(terms, prev_X, Y)
                     settled = step_tolerance is None or change <= step_tolerance
-                    left = min(max_iterations - stats.iterations, hold)
-                    if not undamped_only and left > 0 and not held_settles_in(
-                            change, held_before, left, step_tolerance):
-                        linearize_exactly(terms)
+                    if not undamped_only:
+                        hold_while_settling(terms, change, held_before,
+                                            min(max_iterations - stats.iterations, hold),
+                                            step_tolerance)
                     held_before = change
                 elif model_exact or small_step:
                     settled = held_settled(terms, prev_X, Y, step_tolerance)
@@ -537,6 +546,7 @@ def optimize(
 
 __all__ = [
     "SolverStats", "step_converged", "held_change", "held_settled", "held_settles_in",
-    "HOLD_MIN_COORDINATES", "HELD_HORIZON", "held_horizon", "residual_floor", "marquardt_scale",
+    "hold_while_settling", "HOLD_MIN_COORDINATES", "HELD_HORIZON", "held_horizon",
+    "residual_floor", "marquardt_scale",
     "total_error", "linearize", "graph_of", "causal_step", "read_delta", "optimize"
 ]

@@ -58,7 +58,7 @@ import scipy.stats
 from mbfg.errors import ConvergenceError, MbfgError
 from mbfg.graphs.batch_term import BatchTerm, add_blocks, block
 from mbfg.graphs.linear_blocks import UnaryLinear
-from mbfg.solvers.batch import (held_change, held_horizon, held_settled, held_settles_in,
+from mbfg.solvers.batch import (held_change, held_horizon, held_settled, hold_while_settling,
                                 linearize_exactly, optimize, residual_floor, step_converged)
 from mbfg.solvers.sparse import SPARSE_MIN_UNKNOWNS, assemble, solve_sparse
 
@@ -933,10 +933,8 @@ class FixedLagSmoother:
                 if self._converged(D, predicted, err) and change <= self.step_tolerance:
                     converged = True
                     break
-                left = min(limit - it, hold)
-                if left > 0 and not held_settles_in(change, held_before, left,
-                                                    self.step_tolerance):
-                    linearize_exactly(terms)
+                hold_while_settling(terms, change, held_before, min(limit - it, hold),
+                                    self.step_tolerance)
                 held_before = change
                 continue
             if self._converged(D, predicted, err) \
