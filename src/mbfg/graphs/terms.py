@@ -56,10 +56,11 @@ class StackedTerm(BatchTerm):
             Js.append((off, J))
             off += e.shape[1]
         self._weights(es)
-        lead = np.broadcast_shapes(*(e.shape[:-1] for e in es))  # (per-step inputs at one
-        # state: the structure probe)
-        return np.concatenate([np.broadcast_to(e, lead + e.shape[-1:]) for e in es],
-                              axis=1), Js
+        leads = {e.shape[:-1] for e in es}
+        if len(leads) > 1:  # per-step inputs at one state (the structure probe)
+            lead = np.broadcast_shapes(*leads)
+            es = [np.broadcast_to(e, lead + e.shape[-1:]) for e in es]
+        return np.concatenate(es, axis=1), Js
 
     def residual(self, Xs: ArrayLike, jacobians: bool = True) -> tuple:
         """Stacked unwhitened residuals (T, r) and Jacobians (T, r, dim) of step vectors Xs."""

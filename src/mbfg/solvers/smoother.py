@@ -445,6 +445,8 @@ class FixedLagSmoother:
         self.problem = problem
         self.P_T = np.ascontiguousarray(prediction_matrix(problem).T)
         self.step_scale = getattr(problem, "step_scale", None)
+        # solves a large mechanism's held jerk may take to settle (0: small, never held)
+        self.held_solves = held_horizon(getattr(getattr(problem, "mech", None), "n", 0))
 
     # ----------------------------------------------------------------- window terms
     def _linearize(self, W, terms, keys):
@@ -904,8 +906,7 @@ class FixedLagSmoother:
         # next solves, which start held again.  Large mechanisms hold them while they
         # contract fast enough to settle within the solves left (held_horizon).
         linearize_exactly(terms, False)
-        hold = 0 if self.step_tolerance is None else held_horizon(
-            getattr(getattr(self.problem, "mech", None), "n", 0))
+        hold = 0 if self.step_tolerance is None else self.held_solves
         held_before = None
         while True:
             err, blocks = self._linearize(W, terms, keys)
