@@ -14,7 +14,11 @@ process (separate memory peaks):
 
     python benchmarks/long_runs.py [--t-end 100] [--count 17] [--seed 77] [--jobs 1]
         [--solver smoother|batch] [--coords dependent|independent] [--window 2]
-        [--integrator hermite|trapezoidal]
+        [--integrator hermite|trapezoidal] [--only I [I ...]]
+
+Each mechanism's row is also printed on stderr as soon as it is done, so that a run stopped
+early keeps what it measured; ``--only`` runs the mechanisms of those indices (0-based), to
+finish such a run.
 """
 from __future__ import annotations
 
@@ -74,6 +78,13 @@ def run_one(args, i):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def table_row(r: dict) -> str:
+    """One mechanism's row of the table."""
+    return (f"| {r['name']} | {r['status']} | {r.get('t_reached', float('nan')):.4g} | "
+            f"{r.get('ms_per_step', float('nan')):.2f} | {r.get('rss', float('nan')):.0f} | "
+            f"{r.get('drift', float('nan')):.1e} | {r.get('phi', float('nan')):.1e} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--t-end", type=float, default=100.0)
@@ -84,20 +95,28 @@ def main(argv=None) -> int:
     ap.add_argument("--coords", choices=("dependent", "independent"), default="dependent")
     ap.add_argument("--window", type=int, default=2, help="smoother window")
     ap.add_argument("--integrator", choices=("trapezoidal", "hermite"), default="trapezoidal")
+    ap.add_argument("--only", type=int, nargs="+", metavar="I",
+                    help="run only the mechanisms of these indices (0-based; default: all)")
     args = ap.parse_args(argv)
+    indices = list(range(args.count)) if args.only is None else args.only
+    if any(not 0 <= i < args.count for i in indices):
+        ap.error(f"--only: indices must be in 0..{args.count - 1}")
     print(machine_info())
     print(f"mbfg.simulate ({args.solver}{f', window {args.window}' if args.solver == 'smoother' else ''}, "
           f"{args.coords}, {args.integrator}), dt = 1 ms, {args.t_end:g} s; "
           f"random_mechanisms({args.count}, seed={args.seed})\n")
+    def one(i):
+        r = run_one(args, i)
+        print(f"#{i} {table_row(r)}", file=sys.stderr, flush=True)
+        return r
+
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        rows = list(pool.map(lambda i: run_one(args, i), range(args.count)))
+        rows = list(pool.map(one, indices))
     print("| mechanism | status | reached [s] | ms/step | peak RSS [MB] | energy drift / peak KE "
           "| max Φ / scale |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['name']} | {r['status']} | {r.get('t_reached', float('nan')):.4g} | "
-              f"{r.get('ms_per_step', float('nan')):.2f} | {r.get('rss', float('nan')):.0f} | "
-              f"{r.get('drift', float('nan')):.1e} | {r.get('phi', float('nan')):.1e} |")
+        print(table_row(r))
     done = sum(r["status"] == "finished" for r in rows)
     print(f"\n{done}/{len(rows)} finished")
     return 0
