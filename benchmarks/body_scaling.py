@@ -22,7 +22,7 @@ Python process (so memory peaks are separate) and reports:
   the same budget rule (``--batch-budget``).
 
     python benchmarks/body_scaling.py [--max-n 400] [--sizes 10 50 100 200 400] [--link-length 0.1]
-        [--integrator hermite]
+        [--integrator trapezoidal]
 """
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info  # noqa: E402
+from mbfg.graphs import DEFAULT_INTEGRATOR, INTEGRATORS  # noqa: E402
 
 WORKER = r"""
 import json, resource, sys, time
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--solver", choices=("smoother", "batch"), default="smoother")
     ap.add_argument("--coords", choices=("dependent", "independent"), default="dependent")
     ap.add_argument("--window", type=int, default=2, help="smoother window")
-    ap.add_argument("--integrator", choices=("trapezoidal", "hermite"), default="trapezoidal")
+    ap.add_argument("--integrator", choices=INTEGRATORS, default=DEFAULT_INTEGRATOR)
     ap.add_argument("--only", type=int, nargs="+", metavar="I",
                     help="run only the mechanisms of these indices (0-based; default: all)")
     args = ap.parse_args(argv)

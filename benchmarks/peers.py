@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mbfg  # noqa: E402
 from _machine import machine_info  # noqa: E402
 from mbfg.drivers.forward_dynamics import simulate_batch, simulate_smoother  # noqa: E402
+from mbfg.graphs import DEFAULT_INTEGRATOR  # noqa: E402
 from mbfg.model import constraints as C  # noqa: E402
 from mbfg.model.integrate import integrate_reference  # noqa: E402
 
@@ -466,10 +467,11 @@ def main(argv=None):
               f"{rmse:.2e} | {phi:.1e} |", flush=True)
 
     mbfg_ver = _version("mbfg") or "dev"
-    mbfg_runs = [("mbfg batch", "dependent coordinates, trapezoidal, batch Gauss-Newton "
+    rule = f"{DEFAULT_INTEGRATOR} rule (the default)"
+    mbfg_runs = [("mbfg batch", f"dependent coordinates, {rule}, batch Gauss-Newton "
                   "(500-step segments)", lambda: simulate_batch(mech, t_end, dt))]
     if not args.no_mbfg_smoother:
-        mbfg_runs.append(("mbfg smoother", "dependent coordinates, trapezoidal, fixed-lag "
+        mbfg_runs.append(("mbfg smoother", f"dependent coordinates, {rule}, fixed-lag "
                           "smoother N_w = 2", lambda: simulate_smoother(mech, t_end, dt,
                                                                          window=2)))
     for name, note, run in mbfg_runs:

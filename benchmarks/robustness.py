@@ -42,6 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import add_sweep_arguments, machine_info, run_study, sweep_summary  # noqa: E402
+from mbfg.graphs import DEFAULT_INTEGRATOR, INTEGRATORS  # noqa: E402
 from mbfg.testing import random_mechanisms  # noqa: E402
 
 MODES = {  # label -> (solver, coords), in the study's grid order
@@ -52,7 +53,8 @@ MODES = {  # label -> (solver, coords), in the study's grid order
 }
 
 
-def study(count: int, seed: int, t_end: float, dt: float, integrator: str = "trapezoidal") -> dict:
+def study(count: int, seed: int, t_end: float, dt: float,
+          integrator: str = DEFAULT_INTEGRATOR) -> dict:
     """The benchmark as a study: generated mechanisms x (solver, coordinates)."""
     return {
         "study": "robustness",
@@ -72,8 +74,9 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--t-end", type=float, default=5.0)
     ap.add_argument("--quick", action="store_true", help="8 mechanisms, 0.5 s")
-    ap.add_argument("--integrator", default="trapezoidal", choices=["trapezoidal", "hermite"],
-                    help="the simulation graph's rule (default: trapezoidal, the library's)")
+    ap.add_argument("--integrator", default=DEFAULT_INTEGRATOR, choices=INTEGRATORS,
+                    help=f"the simulation graph's rule (default: {DEFAULT_INTEGRATOR}, the "
+                    "library's)")
     add_sweep_arguments(ap)
     args = ap.parse_args(argv)
     count, t_end = (8, 0.5) if args.quick else (args.count, args.t_end)

@@ -141,7 +141,8 @@ ax.figure.savefig(OUT / "tutorial-slider-crank.png", dpi=110)
 #
 # Released from rest at `q0`, the mechanism falls under gravity.  `simulate_smoother` runs
 # the dependent-coordinate forward-dynamics factor graph (paper Fig. 2) with a fixed-lag
-# smoother of two steps and the trapezoidal integrator.
+# smoother of two steps and mbfg's default integrator, the fourth-order Hermite rule
+# (`integrator="trapezoidal"` gives the paper's Eq. 23).
 
 # %%
 def simulate_and_report(mech):
@@ -168,7 +169,7 @@ print(f"piston stroke used:  {x2.min():.4f} .. {x2.max():.4f} m")
 #
 # Without friction or applied forces, kinetic plus potential energy,
 # `T = 1/2 qdot^T M qdot` and `V = -sum_b m_b g . r_G,b` (`mbfg.model.inertia`), is constant.
-# The trapezoidal rule adds no numerical damping: the energy error oscillates (largest when
+# The integrator adds no numerical damping: the energy error oscillates (largest when
 # the crank is fastest) instead of growing, and stays small at dt = 1 ms.  This is a good
 # end-to-end check of a new model: the mass matrix, the gravity forces and the constraints
 # all enter it.

@@ -86,13 +86,13 @@ def simulate(
     ``solver``: ``"smoother"`` (fixed-lag smoother of ``window`` steps,
     :func:`mbfg.drivers.forward_dynamics.simulate_smoother`) or ``"batch"`` (causal batch
     segments, :func:`mbfg.drivers.forward_dynamics.simulate_batch`); both solve the same
-    square graph (docs/theory.md, section 5).  ``integrator``: ``"trapezoidal"`` (the
-    default: the paper's Eq. 23, with an energy balance), ``"hermite"`` (fourth order: the
-    trapezoidal rule with its end corrections) or ``"euler"`` (Eq. 22).  ``forces``: applied generalized forces besides gravity
-    [N, N m], None, (n,) or a callable of the time t [s] returning (n,)
-    (:mod:`mbfg.model.forces`, the convention of every driver); ``inputs``: the inputs of the
-    mechanism's motors (YAML ``motors:``), (k,) or a callable of t; friction (YAML
-    ``friction:``) always acts.  Returns a frozen
+    square graph (docs/theory.md, section 5).  ``integrator``: ``"hermite"`` (the
+    default, fourth order: the trapezoidal rule with its end corrections), ``"trapezoidal"``
+    (the paper's Eq. 23, with an energy balance) or ``"euler"`` (Eq. 22).  ``forces``:
+    applied generalized forces besides gravity [N, N m], None, (n,) or a callable of the
+    time t [s] returning (n,) (:mod:`mbfg.model.forces`, the convention of every driver);
+    ``inputs``: the inputs of the mechanism's motors (YAML ``motors:``), (k,) or a callable
+    of t; friction (YAML ``friction:``) always acts.  Returns a frozen
     :class:`~mbfg.results.TrajectoryResult` (t, q, qd, qdd, Q as arrays).  Raises
     :class:`~mbfg.errors.ConvergenceError` or :class:`~mbfg.errors.LockupError`, whose
     ``partial`` holds the trajectory computed before the failure."""

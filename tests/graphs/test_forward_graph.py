@@ -98,7 +98,7 @@ def test_energy_is_conserved_without_applied_forces(integrator):
 def test_time_varying_forces_follow_the_reference(solver):
     """One forces convention (a callable of the time t [s]) in the graph drivers and the
     classical integrators: a time-varying load moves the four-bar far from its free motion,
-    and the graph stays at the accuracy of the trapezoidal floor under the same load."""
+    and the graph stays within the accuracy of the trapezoidal floor under the same load."""
     from mbfg.model.integrate import integrate_reference, integrate_trapezoidal
     mech = load("fourbar")
     g = np.abs(mech.gravity_forces()).max()

@@ -1,7 +1,8 @@
 """Forward-dynamics factor graphs (paper Sect. 5.1-5.2, Figs. 2-3) on per-step state vectors.
 
 Simulation uses :class:`ForwardProblem`: the square simulation graph (by default with the
-trapezoidal rule and an energy balance, or the fourth-order Hermite rule), a *square*
+fourth-order Hermite rule, or the paper's trapezoidal rule; both with an energy balance on
+conservative mechanisms), a *square*
 system (as many independent equations as unknowns per step), so its solution does not
 depend on any weight, and every residual is whitened by scales of the mechanism and dt
 (:mod:`mbfg.model.scales`), so nothing in it carries units (docs/theory.md).
@@ -65,9 +66,9 @@ class ForwardSettings:
     ----------
     dt : float
         Time step [s].
-    integrator : "trapezoidal", "hermite" or "euler"
-        ``"trapezoidal"`` (the default): Eq. 23 with the energy balance (the paper's rule);
-        ``"hermite"``: the fourth-order two-point Hermite rule, Eq. 23 with its end
+    integrator : "hermite", "trapezoidal" or "euler"
+        ``"trapezoidal"``: Eq. 23 with the energy balance (the paper's rule);
+        ``"hermite"`` (the default): the fourth-order two-point Hermite rule, Eq. 23 with its end
         corrections, x_{k+1} - x_k - dt/2 (xd_k + xd_{k+1}) + dt^2/12 (xdd_{k+1} - xdd_k)
         and likewise for the velocities with the jerk (:mod:`mbfg.graphs.links`), with the
         energy row where every force has a potential (:attr:`ForwardProblem.conserves_energy`);
