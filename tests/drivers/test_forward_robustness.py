@@ -147,9 +147,9 @@ def test_a_single_step_is_retried_from_the_state_it_leaves(monkeypatch):
 @pytest.mark.parametrize("mode", list(TRAPEZOIDAL))
 @pytest.mark.parametrize("i", range(len(SAMPLE)), ids=[g.name for g in SAMPLE])
 def test_the_trapezoidal_rule_runs_at_the_floor_on_the_manifold(i, mode):
-    """The paper's trapezoidal rule (``integrator="trapezoidal"``), held on the constraints, in every mode:
-    within 2x the unprojected trapezoidal floor on this sample (over 5 s, 6 of 40 generated
-    mechanisms are not: an error-constant difference, docs/benchmarks.md)."""
+    """The paper's trapezoidal rule (``integrator="trapezoidal"``), held on the constraints,
+    in every mode: within 2x the unprojected trapezoidal floor on this sample (over 5 s, 6 of
+    40 generated mechanisms are not: an error-constant difference, docs/benchmarks.md)."""
     mech, ref, floor = _references(i)
     res = TRAPEZOIDAL[mode](mech)
     err = _points_rmse(mech, res.q, ref)

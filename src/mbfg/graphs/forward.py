@@ -2,10 +2,10 @@
 
 Simulation uses :class:`ForwardProblem`: the square simulation graph (by default with the
 fourth-order Hermite rule, or the paper's trapezoidal rule; both with an energy balance on
-conservative mechanisms), a *square*
-system (as many independent equations as unknowns per step), so its solution does not
-depend on any weight, and every residual is whitened by scales of the mechanism and dt
-(:mod:`mbfg.model.scales`), so nothing in it carries units (docs/theory.md).
+conservative mechanisms), a *square* system (as many independent equations as unknowns per
+step), so its solution does not depend on any weight, and every residual is whitened by
+scales of the mechanism and dt (:mod:`mbfg.model.scales`), so nothing in it carries units
+(docs/theory.md).
 
 Dependent coordinates, step vector x_k = [q_k; v_k; a_k; lambda_k; alpha_k]:
 f_pc^d (Phi = 0), f_vc^d (Phi_q v = 0), and the equations of motion with the multipliers as
