@@ -2,10 +2,11 @@
 
 For the recordings of ``benchmarks/identification.py`` (same mechanism, true parameters,
 excitations, payload and sensors), the Fisher information of the parameters is built from the
-output sensitivities of the exact model: every physical parameter is perturbed in turn and
-the true motion integrated again with DOP853 (one ``solve_ivp`` call per recording, rtol 1e-10,
-:func:`identification.integrate_once`), the crank encoder's angle and the coupler gyroscope's
-rate differenced against the unperturbed motion.  The readings are weighted with the sigmas the
+output sensitivities of the exact model: every physical parameter is moved up and down by
+``--step`` of its value in turn and the true motion integrated again with DOP853 (one
+``solve_ivp`` call per recording, rtol 1e-10, :func:`identification.integrate_once`), the
+crank encoder's angle and the coupler gyroscope's rate central-differenced (the one-sided
+differences against the unperturbed motion give the nonlinearity column).  The readings are weighted with the sigmas the
 identification uses (one count / sqrt(12) for the quantized encoder, the gyroscope's sigma), and
 the same weak prior (100 % of each value; the gyroscope bias 0.05 rad/s) keeps the directions
 a one-degree-of-freedom loop cannot see finite.
