@@ -6,10 +6,10 @@ output sensitivities of the exact model: every physical parameter is moved up an
 ``--step`` of its value in turn and the true motion integrated again with DOP853 (one
 ``solve_ivp`` call per recording, rtol 1e-10, :func:`identification.integrate_once`), the
 crank encoder's angle and the coupler gyroscope's rate central-differenced (the one-sided
-differences against the unperturbed motion give the nonlinearity column).  The readings are weighted with the sigmas the
-identification uses (one count / sqrt(12) for the quantized encoder, the gyroscope's sigma), and
-the same weak prior (100 % of each value; the gyroscope bias 0.05 rad/s) keeps the directions
-a one-degree-of-freedom loop cannot see finite.
+differences against the unperturbed motion give the nonlinearity column).  The readings are
+weighted with the sigmas the identification uses (one count / sqrt(12) for the quantized
+encoder, the gyroscope's sigma), and the same weak prior (100 % of each value; the gyroscope
+bias 0.05 rad/s) keeps the directions a one-degree-of-freedom loop cannot see finite.
 
 This bound is independent of the identification graph (none of its code runs) and
 *optimistic*: the model has no process noise and no discretization error, and the initial
