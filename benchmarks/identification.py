@@ -142,6 +142,25 @@ FIXED_PHASES = {"train": (0.0, 1.0, 2.0, 3.0), "payload": (0.5, 2.5, 1.0, 0.2),
 """The multisine phases of ``--excitation fixed`` (the recordings of the earlier tables)."""
 
 
+def benchmark_setup() -> SimpleNamespace:
+    """The benchmark's mechanisms and sensors: ``truth``, ``guess`` (30 % off), ``loaded`` and
+    ``guess_loaded`` (each with the known payload), the true ``sensors`` (a 4096-count crank
+    encoder, sigma one count / sqrt(12), and the coupler gyroscope with its bias) and
+    ``guess_sensors`` (the bias guessed 0)."""
+    truth = mbfg.mechanism_from_yaml(yaml_of(TRUE), "benchmark truth")
+    guess = mbfg.mechanism_from_yaml(yaml_of(guess_values()), "benchmark guess")
+    sensors = SensorSet([AngleEncoder(coordinate="theta0", sigma=COUNT / np.sqrt(12.0),
+                                      name="crank"),
+                         Gyroscope(body=1, sigma=GYRO_SIGMA, bias=BIAS, name="gyro")])
+    return SimpleNamespace(
+        truth=truth, guess=guess,
+        loaded=truth.with_parameters(parameter_vector(truth) + payload_vector(truth, PAYLOAD)),
+        guess_loaded=guess.with_parameters(parameter_vector(guess)
+                                           + payload_vector(guess, PAYLOAD)),
+        sensors=sensors,
+        guess_sensors=SensorSet([sensors[0], dataclasses.replace(sensors[1], bias=0.0)]))
+
+
 def recording_phases(seed: int, excitation: str) -> dict:
     """The phases [rad] of the four sines of each recording of ``seed``: random-phase
     multisines (uniform on [0, 2 pi), drawn from their own stream of ``seed``, independent of
@@ -277,19 +296,15 @@ def main(argv=None) -> int:
                     "between seeds even with --excitation fixed)")
     ap.add_argument("--verbose", action="store_true", help="print every combination")
     args = ap.parse_args(argv)
-    truth = mbfg.mechanism_from_yaml(yaml_of(TRUE), "benchmark truth")
-    guess = mbfg.mechanism_from_yaml(yaml_of(guess_values()), "benchmark guess")
-    sig = COUNT / np.sqrt(12.0)
-    true_sensors = SensorSet([AngleEncoder(coordinate="theta0", sigma=sig, name="crank"),
-                              Gyroscope(body=1, sigma=GYRO_SIGMA, bias=BIAS, name="gyro")])
-    guess_sensors = SensorSet([true_sensors[0], dataclasses.replace(true_sensors[1], bias=0.0)])
+    setup = benchmark_setup()
+    truth, guess, loaded = setup.truth, setup.guess, setup.loaded
+    true_sensors, guess_sensors = setup.sensors, setup.guess_sensors
     ps = parameter_set(guess, NAMES, guess_sensors)
     theta_true = ps.theta_of(truth, true_sensors)
     phi_true = ps.linear_values(theta_true)
     values_true = parameter_set(truth, NAMES, true_sensors).nominal
-    loaded = truth.with_parameters(parameter_vector(truth) + payload_vector(truth, PAYLOAD))
     runs = None
-    guess_loaded = guess.with_parameters(parameter_vector(guess) + payload_vector(guess, PAYLOAD))
+    guess_loaded = setup.guess_loaded
     baseline_names = ("friction[0].viscous", "friction[0].coulomb", "motors[0].gain")
     rows = []
     pooled = {"comb_z": [], "comb_strong": [], "phys_z": []}

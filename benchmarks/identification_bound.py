@@ -26,7 +26,6 @@ Beside it the script runs ``mbfg.identify`` on the same recordings (the benchmar
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -39,7 +38,6 @@ import identification as B  # noqa: E402
 from _machine import machine_info  # noqa: E402
 import mbfg  # noqa: E402
 from mbfg.model.parameters import parameter_vector  # noqa: E402
-from mbfg.model.sensors import AngleEncoder, Gyroscope, SensorSet  # noqa: E402
 
 PHYSICAL = {"v0": "friction[0].viscous", "mu": "friction[0].coulomb",
             "v1": "friction[1].viscous", "v2": "friction[2].viscous",
@@ -47,6 +45,9 @@ PHYSICAL = {"v0": "friction[0].viscous", "mu": "friction[0].coulomb",
 """The benchmark's physical parameters reported here, by their key in ``B.TRUE``."""
 BIAS_PRIOR = 0.05
 """Prior standard deviation of the gyroscope bias [rad/s] (the other priors: 100 %)."""
+
+
+SENSORS = B.benchmark_setup().sensors
 
 
 def mechanism(values: dict, recording: str):
@@ -59,12 +60,11 @@ def mechanism(values: dict, recording: str):
 
 
 def readings(values: dict, recording: str, phases, t_end: float, dt: float) -> np.ndarray:
-    """The exact crank angle [rad] and coupler rate [rad/s] of one recording, (2, steps)."""
-    tr, _ = B.integrate_once(mechanism(values, recording), t_end, dt, B.excitation(phases))
-    q, qd = tr.q, tr.qd
-    r, rd = q[:, 2:4] - q[:, 0:2], qd[:, 2:4] - qd[:, 0:2]
-    rate = (r[:, 0] * rd[:, 1] - r[:, 1] * rd[:, 0]) / np.sum(r * r, axis=1)
-    return np.stack([q[:, 4], rate])
+    """The noise-free readings of one recording, (2, steps): the crank angle [rad] and the
+    coupler gyroscope's rate [rad/s] (its constant bias included)."""
+    mech = mechanism(values, recording)
+    tr, _ = B.integrate_once(mech, t_end, dt, B.excitation(phases))
+    return SENSORS.measure(mech, tr.q, tr.qd).T
 
 
 def perturbed(key: str | None, step: float) -> tuple[dict, float]:
@@ -98,7 +98,7 @@ def fisher_information(phases: dict, t_end: float, dt: float, step: float, jobs:
     work += [(None, rec, phases[rec], t_end, dt, 0.0) for rec in ("train", "payload")]
     with ProcessPoolExecutor(jobs) as pool:
         out = {(k, rec, np.sign(st)): (h, y) for k, rec, st, h, y in pool.map(_run, work)}
-    sig = np.array([B.COUNT / np.sqrt(12.0), B.GYRO_SIGMA])[:, None]
+    sig = np.array([s.sigma for s in SENSORS])[:, None]
     F = np.zeros((len(keys) + 1, len(keys) + 1))
     curved, slope = np.zeros(len(keys)), np.zeros(len(keys))
     for rec in ("train", "payload"):
@@ -129,13 +129,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=None, help="as in identification.py")
     args = ap.parse_args(argv)
 
-    truth = mbfg.mechanism_from_yaml(B.yaml_of(B.TRUE), "benchmark truth")
-    guess = mbfg.mechanism_from_yaml(B.yaml_of(B.guess_values()), "benchmark guess")
-    loaded = truth.with_parameters(parameter_vector(truth) + B.payload_vector(truth, B.PAYLOAD))
-    sensors = SensorSet([AngleEncoder(coordinate="theta0", sigma=B.COUNT / np.sqrt(12.0),
-                                      name="crank"),
-                         Gyroscope(body=1, sigma=B.GYRO_SIGMA, bias=B.BIAS, name="gyro")])
-    guess_sensors = SensorSet([sensors[0], dataclasses.replace(sensors[1], bias=0.0)])
+    setup = B.benchmark_setup()
+    truth, guess, loaded = setup.truth, setup.guess, setup.loaded
+    sensors, guess_sensors = setup.sensors, setup.guess_sensors
     keys = list(B.TRUE)
     values = np.array([B.TRUE[k] for k in keys] + [B.BIAS])
     prior = np.diag(1.0 / np.r_[np.maximum(np.abs(values[:-1]), 0.05), BIAS_PRIOR] ** 2)
