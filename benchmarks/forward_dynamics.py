@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mbfg  # noqa: E402
 from _machine import machine_info  # noqa: E402
 from mbfg.errors import MbfgError  # noqa: E402
+from mbfg.graphs import INTEGRATORS  # noqa: E402
 from mbfg.model import constraints as C  # noqa: E402
 from mbfg.model.integrate import integrate_reference  # noqa: E402
 from mbfg.drivers.forward_dynamics import simulate_batch  # noqa: E402
@@ -57,8 +58,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="1 s instead of 5 s, fewer windows")
     ap.add_argument("--windows", type=int, nargs="+", default=None)
     ap.add_argument("--t-end", type=float, default=None)
-    ap.add_argument("--integrators", nargs="+", default=["hermite", "trapezoidal"],
-                    choices=["trapezoidal", "hermite", "euler"])
+    ap.add_argument("--integrators", nargs="+", default=list(INTEGRATORS[:2]),
+                    choices=INTEGRATORS, help="default: the library's default rule, then "
+                    "the paper's trapezoidal rule")
     args = ap.parse_args(argv)
     t_end = args.t_end or (1.0 if args.quick else 5.0)
     windows = args.windows or ([2, 5] if args.quick else [2, 3, 5, 10])
