@@ -73,12 +73,16 @@ def test_identify_recovers_the_true_parameters(data):
     want = dict(zip(parameter_set(data[0], NAMES, data[1]).names, true_values))
     rel = {n: abs(v - want[n]) / abs(want[n]) for n, v in zip(res.names, res.values)}
     z = {n: abs(v - want[n]) / s for n, v, s in zip(res.names, res.values, res.std)}
-    # 4 s at 200 Hz: the inertial parameters and the gain to 1 %, friction to 10 %
+    # 4 s at 200 Hz: the inertial parameters and the gain to 1 %; the friction coefficients'
+    # errors are of the size of their std (4-19 % of their values on these 4 s), so a fixed
+    # bound on one noise draw would be a coin flip: their precision is checked instead, and
+    # their errors by z below
     for n in ("motors[0].gain", "planar_bodies[1].mass", "planar_bodies[1].I0",
               "planar_bodies[0].I0", "sensors[1].bias"):
         assert rel[n] < 0.01, (n, rel[n])
+    std = dict(zip(res.names, res.std))
     for n in ("friction[0].viscous", "friction[1].viscous", "friction[0].coulomb"):
-        assert rel[n] < 0.10, (n, rel[n])
+        assert std[n] < 0.25 * abs(want[n]), (n, std[n])
     assert max(z.values()) < 4.0, z  # the intervals are honest
     # the fit is consistent with the sensor noise: about one per reading
     assert 0.7 < res.costs[0] < 1.5
@@ -196,11 +200,11 @@ def test_units_do_not_matter(data):
 def test_short_continuation_matches_the_former_one(data):
     """The default schedule (one loose joint stage, then the final one) reaches the optimum of
     the former four-stage continuation (states alone, then the dynamics sigma 1, 0.1, 0.01,
-    1e-3) in about half the iterations."""
+    and the final one) in about half the iterations."""
     _, _, guess, gs, train, *_ = data
     res = data[-1]
     assert [(s["dynamics"], s["parameters"]) for s in res.stats["stages"]] == \
-        [(1.0, True), (1e-3, True)]
+        [(1.0, True), (IdentificationSettings().dynamics, True)]
     former = mbfg.identify(guess, gs, [train], NAMES, settings=IdentificationSettings(
         continuation=(1.0, 0.1, 0.01), states_first=True, stage_tolerance=1e-8))
     assert len(former.stats["stages"]) == 5

@@ -173,7 +173,19 @@ def test_dynamics_rows_match_finite_differences(name):
                        name=f"d qddot/dQ, state {k}")
 
 
-def test_graph_rows_jacobians_match_finite_differences(setup):
+RULES = ["trapezoidal", "hermite"]
+
+
+def _steps(pb, q, qd, qdd, rng):
+    """Step arrays (T, dim) of ``pb``'s layout: q, v, a given, other slots (the jerk of the
+    Hermite rule) random."""
+    given = {"q": q, "v": qd, "a": qdd}
+    return np.concatenate([given[n] if n in given else rng.normal(size=q.shape)
+                           for n in pb.layout.names], axis=1)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_graph_rows_jacobians_match_finite_differences(setup, rule):
     """Every whitened nonlinear row of the identification graph (constraints, dynamics,
     observations) against central differences in the step vector and in theta."""
     from mbfg.graphs.identification import (IdentificationProblem, IdentificationSettings,
@@ -189,9 +201,10 @@ def test_graph_rows_jacobians_match_finite_differences(setup):
     u = rng.normal(size=(T, 1))
     rec = Recording(tuple(readings), T, 0.01, u)
     motion = {"v": 1.0, "a": 1.0, "j": 1.0, "s": 1.0}
-    pb = IdentificationProblem(ps, [rec], IdentificationSettings(), [(q[0], qd[0])], motion)
+    pb = IdentificationProblem(ps, [rec], IdentificationSettings(rule=rule), [(q[0], qd[0])],
+                               motion)
     lay = pb.layout
-    X = np.concatenate([q, qd, qdd], axis=1)
+    X = _steps(pb, q, qd, qdd, rng)
     theta = 0.1 * rng.normal(size=ps.size)
     e, Ax, At, _ = pb.residuals(0, X, theta)
     for k in range(T):
@@ -206,7 +219,7 @@ def test_graph_rows_jacobians_match_finite_differences(setup):
     check_jacobian(lambda t: pb.residuals(0, X, t, jacobians=False)[0], theta,
                    np.concatenate([np.zeros((T, e.shape[1] - rt, ps.size)), At], axis=1),
                    name="rows / theta")
-    assert lay.dim == 3 * mech.n
+    assert lay.dim == len(lay.names) * mech.n
 
 
 def test_theta_of_inverts_apply(setup):
@@ -223,7 +236,8 @@ def test_linear_coordinates_jacobian(setup):
     assert np.linalg.matrix_rank(ps.linear_jacobian(theta)) == ps.size
 
 
-def test_parameter_information_is_the_marginal_of_theta(setup):
+@pytest.mark.parametrize("rule", RULES)
+def test_parameter_information_is_the_marginal_of_theta(setup, rule):
     """The last conditional of the sequential elimination gives theta's marginal information:
     the Schur complement of the whole linear system's information onto theta."""
     import gtsam
@@ -240,8 +254,11 @@ def test_parameter_information_is_the_marginal_of_theta(setup):
     readings = [(np.arange(T), s.measure(mech, q, qd, qdd)) for s in sensors]
     rec = Recording(tuple(readings), T, 0.01, rng.normal(size=(T, 1)))
     motion = {"v": 1.0, "a": 1.0, "j": 1.0, "s": 1.0}
-    pb = IdentificationProblem(ps, [rec], IdentificationSettings(), [(q[0], qd[0])], motion)
-    X = np.concatenate([q, qd, qdd], axis=1)
+    # moderate sigmas (random states make a system far from any motion: the test is of the
+    # algebra, not of rounding)
+    settings = IdentificationSettings(rule=rule, dynamics=1e-3, constraints=1e-5)
+    pb = IdentificationProblem(ps, [rec], settings, [(q[0], qd[0])], motion)
+    X = _steps(pb, q, qd, qdd, rng)
     lin, _ = pb.linearize([X], np.zeros(ps.size))
     order = gtsam.Ordering(pb.ordering())
     info = parameter_information(lin.eliminateSequential(order, gtsam.EliminateQR), ps.size)
@@ -328,8 +345,9 @@ def _two_recordings(ps, mech, sensors, rng, T=5):
     return recs, firsts
 
 
+@pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("free", [True, False])
-def test_banded_elimination_matches_gtsam_qr(setup, free):
+def test_banded_elimination_matches_gtsam_qr(setup, free, rule):
     """The solver's banded Cholesky of two recordings' steps (theta's Schur complement by
     numpy) against gtsam's sequential QR of the same system as a factor graph: the same
     undamped and damped steps and theta's information; the system's error of a step is the
@@ -343,10 +361,11 @@ def test_banded_elimination_matches_gtsam_qr(setup, free):
     recs, states = _two_recordings(ps, mech, sensors, rng)
     motion = {"v": 1.0, "a": 1.0, "j": 1.0, "s": 1.0}
     # loose rows (a well-conditioned system: the test is of the algebra, not of rounding)
-    settings = IdentificationSettings(constraints=1e-2, dynamics=1.0, integrator=1e5)
+    settings = IdentificationSettings(constraints=1e-2, dynamics=1.0, integrator=1e5,
+                                      rule=rule)
     pb = IdentificationProblem(ps, recs, settings, [(q[0], qd[0]) for q, qd, _ in states],
                                motion, free=free)
-    Xs = [np.concatenate(s, axis=1) for s in states]
+    Xs = [_steps(pb, *s, rng) for s in states]
     theta = 0.1 * rng.normal(size=ps.size)
     system, err = pb.linear_system(Xs, theta)
     assert err == pytest.approx(pb.error(Xs, theta), rel=1e-12)
@@ -372,7 +391,8 @@ def test_banded_elimination_matches_gtsam_qr(setup, free):
             pytest.approx(err, rel=1e-12)
 
 
-def test_reused_and_reweighted_systems_equal_fresh_ones(setup):
+@pytest.mark.parametrize("rule", RULES)
+def test_reused_and_reweighted_systems_equal_fresh_ones(setup, rule):
     """A linearization into a spare system's arrays, and another stage's linearization with its
     rows reweighted, equal a fresh linearization."""
     import dataclasses
@@ -383,11 +403,11 @@ def test_reused_and_reweighted_systems_equal_fresh_ones(setup):
     recs, states = _two_recordings(ps, mech, sensors, rng)
     motion = {"v": 1.0, "a": 1.0, "j": 1.0, "s": 1.0}
     firsts = [(q[0], qd[0]) for q, qd, _ in states]
-    loose = IdentificationSettings(dynamics=1.0, constraints=1e-4)
+    loose = IdentificationSettings(dynamics=1.0, constraints=1e-4, rule=rule)
     tight = dataclasses.replace(loose, dynamics=1e-3, constraints=1e-7)
     pb1 = IdentificationProblem(ps, recs, loose, firsts, motion)
     pb2 = IdentificationProblem(ps, recs, tight, firsts, motion)
-    Xs = [np.concatenate(s, axis=1) for s in states]
+    Xs = [_steps(pb1, *s, rng) for s in states]
     theta = 0.1 * rng.normal(size=ps.size)
 
     def same(s1, e1, s2, e2, rtol):
@@ -403,6 +423,10 @@ def test_reused_and_reweighted_systems_equal_fresh_ones(setup):
     assert reused.chains[0].A_x is spare.chains[0].A_x
     same(reused, err_r, fresh, err, 0.0)
     source, _ = pb1.linear_system(Xs, theta)
+    if rule == "hermite":
+        # its q and v rows' sigmas follow the dynamics sigma: another stage's links differ
+        assert pb2.reweighted(source, pb1) is None
+        return
     moved, err_m = pb2.reweighted(source, pb1)
     same(moved, err_m, fresh, err, 1e-14)
     # another recording list or parameter set: no reweighting

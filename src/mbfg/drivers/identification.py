@@ -96,10 +96,12 @@ def _start(params, rec, settings, from_readings=True):
     return on.q_smoothed, on.qd_smoothed, on.qdd_smoothed
 
 
-def _pack(problem, q, v, a):
+def _pack(problem, dt, q, v, a):
     lay = problem.layout
     X = np.zeros((q.shape[0], lay.dim))
     X[:, lay.slice("q")], X[:, lay.slice("v")], X[:, lay.slice("a")] = q, v, a
+    if "j" in lay.names and q.shape[0] > 2:
+        X[:, lay.slice("j")] = np.gradient(a, dt, axis=0)
     return X
 
 
@@ -203,7 +205,7 @@ def identify(
         previous = problem
         problem = IdentificationProblem(params, recs, st_k, first, motion, free=free)
         if Xs is None:
-            Xs = [_pack(problem, *s) for s in starts]
+            Xs = [_pack(problem, r.dt, *s) for r, s in zip(recs, starts)]
         # the previous stage's last linearization, its rows reweighted, starts this stage
         initial = (None if previous is None or st.system is None
                    else problem.reweighted(st.system, previous))
@@ -307,7 +309,7 @@ def cross_validate(
     problem = IdentificationProblem(fixed, [rec], settings, [(start[0][0], start[1][0])],
                                     motion, free=False)
     zero = np.zeros(fixed.size)
-    Xs, _, st, _ = optimize_joint(problem, [_pack(problem, *start)], zero,
+    Xs, _, st, _ = optimize_joint(problem, [_pack(problem, rec.dt, *start)], zero,
                                   max_iterations=settings.max_iterations,
                                   relative_tolerance=settings.relative_tolerance,
                                   progress=progress)

@@ -89,9 +89,12 @@ def step_links(
 ) -> BinaryLinear:
     """All linear factors between consecutive steps ``rows[i]`` and ``rows[i] + 1``.
 
-    integrators : sequence of (x_slot, xdot_slot) pairs
-        f_ti (Eq. 23): x_{k+1} - x_k - dt/2 (xdot_k + xdot_{k+1}), or f_ei (Eq. 22):
-        x_{k+1} - x_k - dt xdot_k, by ``scheme``.
+    integrators : sequence of (x_slot, xdot_slot) pairs, or (x_slot, xdot_slot, xddot_slot)
+        triples for ``scheme="hermite"``
+        f_ti (Eq. 23): x_{k+1} - x_k - dt/2 (xdot_k + xdot_{k+1}), f_ei (Eq. 22):
+        x_{k+1} - x_k - dt xdot_k, or the fourth-order Hermite rule
+        x_{k+1} - x_k - dt/2 (xdot_k + xdot_{k+1}) + dt^2/12 (xddot_{k+1} - xddot_k)
+        (local error dt^5/720 times the fifth derivative of x), by ``scheme``.
     sigma_integrator : scalar, (d,) or (len(integrators), d)
         Their sigmas [units of each x_slot]: one for all, one per component, or one row per
         integrator pair (e.g. positions and velocities, whose units differ).
@@ -100,16 +103,21 @@ def step_links(
     """
     rows0, rows1, ws = [], [], []
     sig = np.asarray(sigma_integrator, float)
-    for i, (xs, xds) in enumerate(integrators):
+    for i, (xs, xds, *xdds) in enumerate(integrators):
         S, Sd = layout.selector(xs), layout.selector(xds)
-        if scheme == "trapezoidal":
+        if scheme == "hermite":
+            Sdd = layout.selector(xdds[0])
+            rows0.append(-S - 0.5 * dt * Sd - dt * dt / 12.0 * Sdd)
+            rows1.append(S - 0.5 * dt * Sd + dt * dt / 12.0 * Sdd)
+        elif scheme == "trapezoidal":
             rows0.append(-S - 0.5 * dt * Sd)
             rows1.append(S - 0.5 * dt * Sd)
         elif scheme == "euler":
             rows0.append(-S - dt * Sd)
             rows1.append(S)
         else:
-            raise ValueError(f"integrator must be 'trapezoidal' or 'euler', got {scheme!r}")
+            raise ValueError(
+                f"integrator must be 'trapezoidal', 'euler' or 'hermite', got {scheme!r}")
         ws.append(_weights(sig[i] if sig.ndim == 2 else sig, S.shape[0]))
     for s in equalities:
         S = layout.selector(s)
