@@ -74,7 +74,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info  # noqa: E402
 import mbfg  # noqa: E402
-from mbfg.graphs.identification import Recording, payload_vector  # noqa: E402
+from mbfg.graphs.identification import (IdentificationSettings, Recording,  # noqa: E402
+                                        payload_vector)
 from mbfg.model.identification import parameter_set  # noqa: E402
 from mbfg.model.integrate import integrate_reference  # noqa: E402
 from mbfg.model.parameters import parameter_vector  # noqa: E402
@@ -294,6 +295,10 @@ def main(argv=None) -> int:
     ap.add_argument("--dither", action="store_true", help="put the encoder's zero at a random "
                     "fraction of a count in each recording (the quantization error then varies "
                     "between seeds even with --excitation fixed)")
+    ap.add_argument("--dynamics-sigma", type=float, default=None, help="identify's process "
+                    "noise relative to the RMS accelerations (default: IdentificationSettings')")
+    ap.add_argument("--rule", choices=("hermite", "trapezoidal"), default=None,
+                    help="identify's integrator rows (default: IdentificationSettings')")
     ap.add_argument("--verbose", action="store_true", help="print every combination")
     args = ap.parse_args(argv)
     setup = benchmark_setup()
@@ -306,6 +311,11 @@ def main(argv=None) -> int:
     runs = None
     guess_loaded = setup.guess_loaded
     baseline_names = ("friction[0].viscous", "friction[0].coulomb", "motors[0].gain")
+    settings = IdentificationSettings()
+    if args.dynamics_sigma is not None:
+        settings = dataclasses.replace(settings, dynamics=args.dynamics_sigma)
+    if args.rule is not None:
+        settings = dataclasses.replace(settings, rule=args.rule)
     rows = []
     pooled = {"comb_z": [], "comb_strong": [], "phys_z": []}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
@@ -319,9 +329,9 @@ def main(argv=None) -> int:
         held = synthesize(truth, true_sensors, *runs["held-out"], 3 * seed + 2, args.dt,
                           dither=args.dither)
         t0, c0 = time.perf_counter(), time.process_time()
-        res = mbfg.identify(guess, guess_sensors, recs, NAMES)
+        res = mbfg.identify(guess, guess_sensors, recs, NAMES, settings=settings)
         seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
-        val = mbfg.cross_validate(guess, guess_sensors, held, res)
+        val = mbfg.cross_validate(guess, guess_sensors, held, res, settings=settings)
         d = res.combination_values - phi_true
         ok = np.asarray(res.identifiable, bool)
         Jl = ps.linear_jacobian(res.theta)

@@ -322,7 +322,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-iterations", type=int, help="Levenberg-Marquardt iterations per "
                    "stage (default 20)")
     p.add_argument("--dynamics-sigma", type=float, help="process noise of the dynamics "
-                   "relative to the motion's RMS accelerations (default 1e-5)")
+                   "relative to the motion's RMS accelerations (default 1e-4)")
     p.add_argument("--rule", choices=("hermite", "trapezoidal"), help="the integrator rows "
                    "between steps (default hermite: fourth order, with the jerk as a state)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -339,6 +339,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--result", help="an 'mbfg identify --out' result (.json); default: the "
                    "YAML's values")
     v.add_argument("--out", help="save the residual per step (.csv or .json)")
-    v.add_argument("--dynamics-sigma", type=float, help="as for identify (default 1e-5)")
+    v.add_argument("--dynamics-sigma", type=float, help="as for identify (default 1e-4)")
     v.add_argument("--rule", choices=("hermite", "trapezoidal"), help="as for identify")
     v.set_defaults(func=cmd_validate)
