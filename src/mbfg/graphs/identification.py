@@ -79,7 +79,7 @@ from mbfg.factors.gaussian import unit_noise
 from mbfg.factors.residuals import position_constraints_residual, velocity_constraints_residual
 from mbfg.factors.sensors import observation_residual
 from mbfg.graphs import linear_blocks as L
-from mbfg.graphs.layout import StepLayout, dependent_layout
+from mbfg.graphs.layout import dependent_layout
 from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
 from mbfg.model.identification import (characteristic_rate, dynamics_parameter_jacobian,
@@ -335,13 +335,10 @@ class IdentificationProblem:
         self.params, self.settings, self.free = params, settings, bool(free)
         self.recordings = list(recordings)
         mech = params.mech
-        if settings.rule == "hermite":
-            n = mech.n
-            self.layout = lay = StepLayout((("q", n), ("v", n), ("a", n), ("j", n)))
-        elif settings.rule == "trapezoidal":
-            self.layout = lay = dependent_layout(mech.n)
-        else:
+        if settings.rule not in INTEGRATOR_DEFAULTS:
             raise UsageError(f"rule must be 'trapezoidal' or 'hermite', got {settings.rule!r}")
+        hermite = settings.rule == "hermite"
+        self.layout = lay = dependent_layout(mech.n, with_jerk=hermite)
         s = coordinate_scales(mech)
         self.motion = dict(motion)
         V = self.motion["v"]
@@ -360,9 +357,9 @@ class IdentificationProblem:
             terms = [L.prior(lay, 0, "q", q0, s), L.prior(lay, 0, "v", v0, s * V)]
             if N > 1:
                 r0 = np.arange(N - 1)
-                trunc = self.integrator * s * rec.dt ** 3 / 12.0
+                trunc = s * rec.dt ** 3 / 12.0  # the trapezoidal rule's error per 3rd derivative
                 m = self.motion
-                if settings.rule == "hermite":
+                if hermite:
                     # each row at the slack the process noise leaves anyway (``integrator``
                     # times the dynamics sigma, integrated over one step: dt^2 for the
                     # positions, dt for the velocities, 1 for the accelerations), never below
@@ -381,10 +378,11 @@ class IdentificationProblem:
                                               np.maximum(h5 * c6, slack * rec.dt),
                                               scheme="hermite"))
                     terms.append(L.step_links(lay, r0, rec.dt, [("a", "j")],
-                                              np.maximum(s * rec.dt ** 3 / 12.0 * c5, slack)))
+                                              np.maximum(trunc * c5, slack)))
                 else:
-                    terms.append(L.step_links(lay, r0, rec.dt, [("q", "v")], trunc * m["j"]))
-                    terms.append(L.step_links(lay, r0, rec.dt, [("v", "a")], trunc * m["s"]))
+                    k = self.integrator
+                    terms.append(L.step_links(lay, r0, rec.dt, [("q", "v")], k * trunc * m["j"]))
+                    terms.append(L.step_links(lay, r0, rec.dt, [("v", "a")], k * trunc * m["s"]))
             self.links.append(terms)
             self.grids.append(readings_on_grid(params.sensors, list(rec.readings), N))
         self._cache = (None, None)

@@ -86,8 +86,9 @@ class StepLayout:
         return {name: X[..., self.slice(name)] for name in self.names}
 
 
-def dependent_layout(n: int, with_forces: bool = False) -> StepLayout:
-    slots = (("q", n), ("v", n), ("a", n)) + ((("Q", n),) if with_forces else ())
+def dependent_layout(n: int, with_forces: bool = False, with_jerk: bool = False) -> StepLayout:
+    slots = ((("q", n), ("v", n), ("a", n)) + ((("j", n),) if with_jerk else ())
+             + ((("Q", n),) if with_forces else ()))
     return StepLayout(slots)
 
 
