@@ -98,6 +98,29 @@ def test_batched_pivoting_equals_lapack_on_random_bases(n, d):
     np.testing.assert_array_equal(best, ref)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("name", TRAJECTORIES)
+def test_fixed_coordinates_is_the_best_set_over_the_trajectory(name, sparse, monkeypatch):
+    """The one set for a whole trajectory, against every set of dof coordinates: its smallest
+    quality over the states (SVD state by state; the sparse path's quality is iterative, to
+    1e-6) is the largest among the sets that are best at some state."""
+    import itertools
+    if sparse:
+        monkeypatch.setattr(P, "SPARSE_QUALITY_MIN_COORDINATES", 0)
+    mech, q, c = _trajectory(name)
+    q = q[::10]  # every state is a candidate's state (candidates=256 > states)
+    got, quality = P.fixed_coordinates(mech, q, c)
+    worst = {s: float(np.min([np.linalg.svd(P._null_basis(mech, x[None], c)[0][list(s)],
+                                            compute_uv=False)[-1] for x in q]))
+             for s in itertools.combinations(range(mech.n), mech.dof)}
+    rtol = 1e-6 if sparse else 1e-9
+    assert quality == pytest.approx(worst[got], rel=rtol, abs=1e-12)
+    best_at = P._best_sparse if sparse else _reference_best
+    best_somewhere = {best_at(mech, x, c)[0] for x in q}
+    assert got in best_somewhere
+    assert worst[got] >= max(worst[s] for s in best_somewhere) * (1 - rtol)
+
+
 @pytest.mark.parametrize("keep", [0.5, 0.9])
 @pytest.mark.parametrize("name", TRAJECTORIES)
 def test_partition_along_equals_the_sequential_walk(name, keep):

@@ -20,7 +20,7 @@ import numpy as np
 
 from mbfg.errors import ConvergenceError, DataError, UsageError
 from mbfg.graphs.identification import (IdentificationProblem, IdentificationSettings, Recording,
-                                        motion_scales, payload_vector)
+                                        jerk_coordinates, motion_scales, payload_vector)
 from mbfg.model.identification import initial_states, initial_states_many, parameter_set
 from mbfg.model.sensors import readings_on_grid
 from mbfg.results import EstimationResult, IdentificationResult, Stats, ValidationResult
@@ -101,7 +101,7 @@ def _pack(problem, dt, q, v, a):
     X = np.zeros((q.shape[0], lay.dim))
     X[:, lay.slice("q")], X[:, lay.slice("v")], X[:, lay.slice("a")] = q, v, a
     if "j" in lay.names and q.shape[0] > 2:
-        X[:, lay.slice("j")] = np.gradient(a, dt, axis=0)
+        X[:, lay.slice("j")] = np.gradient(a[:, list(problem.jerk_coordinates)], dt, axis=0)
     return X
 
 
@@ -191,6 +191,7 @@ def identify(
     starts = _starts(params, recs, settings)
     motion = motion_scales(params.mech, starts, [r.dt for r in recs])
     first = [(q[0], v[0]) for q, v, _ in starts]
+    jerk = jerk_coordinates(params.mech, [q for q, _, _ in starts])
     Xs = None
     theta = np.zeros(params.size)
     stages, iterations, history, reason, converged = [], 0, [], "", False
@@ -203,7 +204,8 @@ def identify(
         st_k = dataclasses.replace(settings, dynamics=kd,
                                    constraints=settings.constraints * kd / settings.dynamics)
         previous = problem
-        problem = IdentificationProblem(params, recs, st_k, first, motion, free=free)
+        problem = IdentificationProblem(params, recs, st_k, first, motion, free=free,
+                                        jerk_coordinates=jerk)
         if Xs is None:
             Xs = [_pack(problem, r.dt, *s) for r, s in zip(recs, starts)]
         # the previous stage's last linearization, its rows reweighted, starts this stage
@@ -307,7 +309,8 @@ def cross_validate(
     start = _start(fixed, rec, settings)
     motion = motion_scales(fixed.mech, [start], [rec.dt])
     problem = IdentificationProblem(fixed, [rec], settings, [(start[0][0], start[1][0])],
-                                    motion, free=False)
+                                    motion, free=False,
+                                    jerk_coordinates=jerk_coordinates(fixed.mech, [start[0]]))
     zero = np.zeros(fixed.size)
     Xs, _, st, _ = optimize_joint(problem, [_pack(problem, rec.dt, *start)], zero,
                                   max_iterations=settings.max_iterations,

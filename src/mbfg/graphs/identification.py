@@ -1,11 +1,13 @@
 """The joint parameter/state identification graph (docs/identification.md).
 
 Each recording r has its own chain of step vectors ``x_k = [q_k; v_k; a_k; j_k]`` (dependent
-coordinates and their jerk, :mod:`mbfg.graphs.layout`; without j_k under the trapezoidal rule)
+coordinates and the jerk of the coordinates :func:`jerk_coordinates` picks,
+:mod:`mbfg.graphs.layout`; without j_k under the trapezoidal rule)
 and all recordings share one parameter variable theta
 (p,), the unit-free chart of :mod:`mbfg.model.identification`.  Per step the nonlinear rows
 
-* position and velocity constraints Phi(q), Phi_q v (f_pc, f_vc),
+* position and velocity constraints Phi(q), Phi_q v (f_pc, f_vc), and when the jerk is
+  carried for some coordinates only, the acceleration constraints Phi_q a + dPhi_q/dt v (f_ac),
 * the dynamics ``qddot(q, v, Q(theta, u); theta) - a`` (f_dyn with the process noise of the
   model error, Eq. 26; Q = B(K) u for the recorded motor inputs u),
 * the observations ``h(x; theta) - z`` of the readings of that step (gyroscope biases may be
@@ -38,9 +40,10 @@ factor                      standard deviation
 ==========================  ==================================================
 position constraint i       ``constraints * scale_i``
 velocity constraint i       ``constraints * scale_i * V``
+acceleration constraint i   ``constraints * scale_i * A``
 Hermite (q, v, a) rows      ``max(s_i C5 dt^5 / 720, k sigma_dyn,i dt^2)``
-Hermite (v, a, j) rows      ``max(s_i C6 dt^5 / 720, k sigma_dyn,i dt)``
-trapezoidal (a, j) rows     ``max(s_i C5 dt^3 / 12, k sigma_dyn,i)``
+Hermite (v, a, j) rows      ``max(s_i C6 dt^5 / 720, k sigma_dyn,i dt)`` (jerk's coordinates)
+trapezoidal (a, j) rows     ``max(s_i C5 dt^3 / 12, k sigma_dyn,i)`` (jerk's coordinates)
 trapezoidal q-integrator    ``integrator * s_i * J dt^3 / 12`` (``rule="trapezoidal"``)
 trapezoidal v-integrator    ``integrator * s_i * S dt^3 / 12`` (``rule="trapezoidal"``)
 dynamics (sigma_dyn,i)      ``dynamics * s_i * A``
@@ -51,7 +54,10 @@ parameter prior             ``prior`` (theta is dimensionless)
 
 The Hermite rule, x_{k+1} - x_k - dt/2 (x'_k + x'_{k+1}) + dt^2/12 (x''_{k+1} - x''_k), has
 the local error dt^5 / 720 x^(5); applied to (q, v, a) and (v, a, j), with j tied to a by a
-trapezoidal row, the discrete trajectory is fourth-order accurate.  Its rows' sigmas are the
+trapezoidal row, the discrete trajectory is fourth-order accurate.  The (v, a, j) rows need
+the jerk of a set of independent coordinates only: the velocity constraints give the other
+velocities, and the acceleration constraints the other accelerations
+(:func:`jerk_coordinates`; a smaller step, a narrower band).  Its rows' sigmas are the
 slack that the process noise leaves anyway over one step (k = ``integrator``, default 0.1,
 times the dynamics sigma integrated over dt), never below the rows' own error (C5 = S^2 / J
 and C6 = S^3 / J^2, the fifth and sixth derivatives extrapolated from the jerk and the snap):
@@ -76,7 +82,8 @@ import numpy as np
 
 from mbfg.errors import UsageError
 from mbfg.factors.gaussian import unit_noise
-from mbfg.factors.residuals import position_constraints_residual, velocity_constraints_residual
+from mbfg.factors.residuals import (acceleration_constraints_residual,
+                                    position_constraints_residual, velocity_constraints_residual)
 from mbfg.factors.sensors import observation_residual
 from mbfg.graphs import linear_blocks as L
 from mbfg.graphs.layout import dependent_layout
@@ -85,6 +92,7 @@ from mbfg.model import dynamics as D
 from mbfg.model.identification import (characteristic_rate, dynamics_parameter_jacobian,
                                        dynamics_rows, friction_terms)
 from mbfg.model.nonconservative import motor_forces
+from mbfg.model.partition import fixed_coordinates
 from mbfg.model.scales import constraint_scales, coordinate_scales
 from mbfg.model.sensors import readings_on_grid
 
@@ -97,7 +105,7 @@ if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
 
 __all__ = ["IdentificationSettings", "Recording", "IdentificationProblem", "ChainBlocks",
-           "JointSystem", "rate_scale", "motion_scales", "payload_vector"]
+           "JointSystem", "rate_scale", "motion_scales", "payload_vector", "jerk_coordinates"]
 
 
 EVALUATION_BLOCK = 2048
@@ -322,6 +330,29 @@ def motion_scales(mech: Mechanism, states: list, dts: list) -> dict:
     return out
 
 
+JERK_QUALITY_MIN = 0.1
+"""The Hermite rule's jerk is carried for one fixed set of independent coordinates when that
+set's quality (:func:`mbfg.model.partition.fixed_coordinates`, unit-free, in [0, 1]) stays at
+least this over the initial estimate; else for every coordinate."""
+
+
+def jerk_coordinates(mech: Mechanism, positions: list) -> tuple:
+    """The coordinates whose jerk the Hermite rule carries, for the position estimates
+    ``positions`` (one (T, n) array per recording): one set of independent coordinates that is
+    well conditioned over all of them (:data:`JERK_QUALITY_MIN`), else every coordinate.
+
+    Why a subset suffices: the Hermite rows of the velocities need the jerk, but the velocity
+    constraints (tight rows) already fix the velocities given those of the independent
+    coordinates; the rows of the other coordinates only repeat them.  Fewer jerk components
+    make the step vector, and the solver's band, smaller (the four-bar's step: 16 components
+    instead of 20)."""
+    q = np.concatenate([np.asarray(x, float).reshape(-1, mech.n) for x in positions])
+    indices, quality = fixed_coordinates(mech, q, coordinate_scales(mech))
+    if len(indices) and quality >= JERK_QUALITY_MIN:
+        return indices
+    return tuple(range(mech.n))
+
+
 class IdentificationProblem:
     """Terms of the identification graph (module docstring) for ``params`` (the chart) and
     ``recordings``; ``starts`` gives per recording the initial estimate (q_0, v_0) held by the
@@ -331,20 +362,32 @@ class IdentificationProblem:
     theta_key = gtsam.symbol("p", 0)
 
     def __init__(self, params: ParameterSet, recordings: list, settings: IdentificationSettings,
-                 starts: list, motion: dict, free: bool = True):
+                 starts: list, motion: dict, free: bool = True,
+                 jerk_coordinates: tuple | None = None):
         self.params, self.settings, self.free = params, settings, bool(free)
         self.recordings = list(recordings)
         mech = params.mech
         if settings.rule not in INTEGRATOR_DEFAULTS:
             raise UsageError(f"rule must be 'trapezoidal' or 'hermite', got {settings.rule!r}")
         hermite = settings.rule == "hermite"
-        self.layout = lay = dependent_layout(mech.n, with_jerk=hermite)
+        jc = np.arange(mech.n) if jerk_coordinates is None else np.asarray(jerk_coordinates, int)
+        self.jerk_coordinates = tuple(int(i) for i in jc) if hermite else ()
+        self.layout = lay = dependent_layout(mech.n, jerk=len(self.jerk_coordinates))
         s = coordinate_scales(mech)
         self.motion = dict(motion)
         V = self.motion["v"]
         rows = constraint_scales(mech, mech.q0, s)
         self.sigma_pc = settings.constraints * rows
         self.sigma_vc = settings.constraints * rows * V
+        self.sigma_ac = settings.constraints * rows * self.motion["a"]
+        # the constraint rows of each step: positions and velocities; with the jerk of some
+        # coordinates only, also the accelerations (they then fix the accelerations of the
+        # others, which the velocities' Hermite rows of every coordinate did before)
+        fams = [(position_constraints_residual, self.sigma_pc),
+                (velocity_constraints_residual, self.sigma_vc)]
+        if 0 < len(self.jerk_coordinates) < mech.n:
+            fams.append((acceleration_constraints_residual, self.sigma_ac))
+        self._constraint_families = tuple(fams)
         self.sigma_dyn = settings.dynamics * s * self.motion["a"]
         self.integrator = (settings.integrator if settings.integrator is not None
                            else INTEGRATOR_DEFAULTS[settings.rule])
@@ -374,11 +417,13 @@ class IdentificationProblem:
                     terms.append(L.step_links(lay, r0, rec.dt, [("q", "v", "a")],
                                               np.maximum(h5 * c5, slack * rec.dt ** 2),
                                               scheme="hermite"))
-                    terms.append(L.step_links(lay, r0, rec.dt, [("v", "a", "j")],
-                                              np.maximum(h5 * c6, slack * rec.dt),
+                    # the velocities' rows on the jerk's coordinates only (the velocity
+                    # constraints give the others)
+                    terms.append(L.step_links(lay, r0, rec.dt, [(("v", jc), ("a", jc), "j")],
+                                              np.maximum(h5 * c6, slack * rec.dt)[jc],
                                               scheme="hermite"))
-                    terms.append(L.step_links(lay, r0, rec.dt, [("a", "j")],
-                                              np.maximum(trunc * c5, slack)))
+                    terms.append(L.step_links(lay, r0, rec.dt, [(("a", jc), "j")],
+                                              np.maximum(trunc * c5, slack)[jc]))
                 else:
                     k = self.integrator
                     terms.append(L.step_links(lay, r0, rec.dt, [("q", "v")], k * trunc * m["j"]))
@@ -387,11 +432,13 @@ class IdentificationProblem:
             self.grids.append(readings_on_grid(params.sensors, list(rec.readings), N))
         self._cache = (None, None)
         self._payload = {}
-        # within a step, q_i, v_i, a_i of each coordinate together: the integrators link
-        # only equal coordinates of consecutive steps, so in this order the system's band
-        # (steps in time order) is d + 1 wide instead of 2 d - 1
-        self._step_order = np.stack([np.arange(lay.slice(s).start, lay.slice(s).stop)
-                                     for s in lay.names], axis=1).reshape(-1)
+        # within a step, q_i, v_i, a_i (and the jerk, if carried) of each coordinate
+        # together: the integrators link only equal coordinates of consecutive steps, so in
+        # this order the system's band (steps in time order) is about d wide instead of 2 d
+        n, jo = mech.n, lay.dim - len(self.jerk_coordinates)
+        self._step_order = np.array(
+            [c for i in range(n) for c in (i, n + i, 2 * n + i)
+             + tuple(jo + m for m, ji in enumerate(self.jerk_coordinates) if ji == i)], int)
 
     @property
     def p(self) -> int:
@@ -441,8 +488,9 @@ class IdentificationProblem:
         mech, sensors, deriv = self.recording_model(r, theta)
         rec, lay = self.recordings[r], self.layout
         N, n, m = X.shape[0], mech.n, mech.m
-        sizes = [m, m, n] + [sn.dim for sn in sensors]
-        rows, rows_t = sum(sizes), sum(sizes[2:])
+        nc = len(self._constraint_families)
+        sizes = [m] * nc + [n] + [sn.dim for sn in sensors]
+        rows, rows_t = sum(sizes), sum(sizes[nc:])
         reuse = (out is not None and jacobians and out.A_x.shape == (N, rows, lay.dim)
                  and (out.A_t is not None and out.A_t.shape == (N, rows_t, self.p)
                       if self.p else out.A_t is None))
@@ -471,6 +519,7 @@ class IdentificationProblem:
         part = lay.unpack(X)
         p = {"q": part["q"], "v": part["v"], "a": part["a"]}
         cuts = np.cumsum([0] + sizes)
+        nc = len(self._constraint_families)
 
         def put(i, ei, J, sigma, Jt=None):
             wgt = 1.0 / np.broadcast_to(np.asarray(sigma, float), (sizes[i],))
@@ -481,11 +530,10 @@ class IdentificationProblem:
                     np.multiply(Js, wgt[:, None], out=Ax[:, rs, lay.slice(slot)])
                 if Jt is not None:
                     np.multiply(Jt, wgt[:, None],
-                                out=At[:, cuts[i] - cuts[2]:cuts[i + 1] - cuts[2]])
+                                out=At[:, cuts[i] - cuts[nc]:cuts[i + 1] - cuts[nc]])
 
-        for i, (fam, sig) in enumerate(((position_constraints_residual(mech), self.sigma_pc),
-                                        (velocity_constraints_residual(mech), self.sigma_vc))):
-            ei, J = fam(p, jacobians)
+        for i, (family, sig) in enumerate(self._constraint_families):
+            ei, J = family(mech)(p, jacobians)
             put(i, ei, J, sig)
         Jall = p["_Phi_q"] if "_Phi_q" in p else C.constraint_jacobian(mech, p["q"])
         if jacobians:
@@ -495,10 +543,10 @@ class IdentificationProblem:
             J = {"q": dyn.d_q, "v": dyn.d_qd, "a": np.broadcast_to(-np.eye(n), (N, n, n))}
             Jt = (dynamics_parameter_jacobian(mech, deriv, p["q"], p["v"], dyn.qdd, dyn.d_Q, u,
                                               friction=fr.rates) if self.p else None)
-            put(2, dyn.qdd - p["a"], J, self.sigma_dyn, Jt)
+            put(nc, dyn.qdd - p["a"], J, self.sigma_dyn, Jt)
         else:
             qdd = D.forward_dynamics(mech, p["q"], p["v"], Q, J=Jall)
-            put(2, qdd - p["a"], None, self.sigma_dyn)
+            put(nc, qdd - p["a"], None, self.sigma_dyn)
         for i, (sensor, (z, has)) in enumerate(zip(sensors, self.grids[r])):
             ei, J = observation_residual(mech, sensor, z[sl])(p, jacobians)
             mask = has[sl].astype(float)[:, None]
@@ -508,7 +556,7 @@ class IdentificationProblem:
                 J = {k: v * mask[:, :, None] for k, v in J.items()}
                 if self.p and deriv.bias[i].any():
                     Jt = mask[:, :, None] * deriv.bias[i][None, None, :]
-            put(3 + i, ei, J, sensor.sigma, Jt)
+            put(nc + 1 + i, ei, J, sensor.sigma, Jt)
 
     # ------------------------------------------------------------------ cost and system
     def prior_error(self, theta: ArrayLike) -> float:
@@ -605,16 +653,18 @@ class IdentificationProblem:
         count = np.zeros(X.shape[0])
         for s, (_, has) in zip(self.params.sensors, self.grids[r]):
             count += has * s.dim
-        return {"constraints": fam(0, 2), "dynamics": fam(2, 3),
-                "observations": fam(3, len(sizes)), "readings": count}
+        nc = len(self._constraint_families)
+        return {"constraints": fam(0, nc), "dynamics": fam(nc, nc + 1),
+                "observations": fam(nc + 1, len(sizes)), "readings": count}
 
     def _row_sizes(self) -> list:
         mech = self.params.mech
-        return [mech.m, mech.m, mech.n] + [s.dim for s in self.params.sensors]
+        return ([mech.m] * len(self._constraint_families) + [mech.n]
+                + [s.dim for s in self.params.sensors])
 
     def _row_weights(self) -> np.ndarray:
         """1 / sigma of every nonlinear row (:meth:`residuals`' order)."""
-        sig = [self.sigma_pc, self.sigma_vc, self.sigma_dyn] + [
+        sig = [sg for _, sg in self._constraint_families] + [self.sigma_dyn] + [
             np.full(s.dim, s.sigma) for s in self.params.sensors]
         return 1.0 / np.concatenate([np.broadcast_to(np.asarray(x, float), (k,))
                                      for x, k in zip(sig, self._row_sizes())])

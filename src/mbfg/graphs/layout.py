@@ -86,8 +86,10 @@ class StepLayout:
         return {name: X[..., self.slice(name)] for name in self.names}
 
 
-def dependent_layout(n: int, with_forces: bool = False, with_jerk: bool = False) -> StepLayout:
-    slots = ((("q", n), ("v", n), ("a", n)) + ((("j", n),) if with_jerk else ())
+def dependent_layout(n: int, with_forces: bool = False, jerk: int = 0) -> StepLayout:
+    """Slots q, v, a (n each), a jerk slot ``"j"`` of ``jerk`` components when ``jerk`` > 0
+    (the jerk of some coordinates) and the forces ``"Q"`` (n) ``with_forces``."""
+    slots = ((("q", n), ("v", n), ("a", n)) + ((("j", int(jerk)),) if jerk else ())
              + ((("Q", n),) if with_forces else ()))
     return StepLayout(slots)
 

@@ -76,6 +76,15 @@ def prior(
     return UnaryLinear([row], w[:, None] * layout.selector(slot), w * mean)
 
 
+def _selector(layout: StepLayout, slot: str | tuple) -> np.ndarray:
+    """``layout.selector`` of a slot name, or the rows ``indices`` of it for
+    ``(name, indices)``."""
+    if isinstance(slot, str):
+        return layout.selector(slot)
+    name, indices = slot
+    return layout.selector(name)[np.asarray(indices, int)]
+
+
 def step_links(
     layout: StepLayout,
     rows: ArrayLike,
@@ -90,7 +99,8 @@ def step_links(
     """All linear factors between consecutive steps ``rows[i]`` and ``rows[i] + 1``.
 
     integrators : sequence of (x_slot, xdot_slot) pairs, or (x_slot, xdot_slot, xddot_slot)
-        triples for ``scheme="hermite"``
+        triples for ``scheme="hermite"``; a slot is a name or ``(name, indices)``, some of
+        its components (the slots of one integrator select equally many)
         f_ti (Eq. 23): x_{k+1} - x_k - dt/2 (xdot_k + xdot_{k+1}), f_ei (Eq. 22):
         x_{k+1} - x_k - dt xdot_k, or the fourth-order Hermite rule
         x_{k+1} - x_k - dt/2 (xdot_k + xdot_{k+1}) + dt^2/12 (xddot_{k+1} - xddot_k)
@@ -104,9 +114,9 @@ def step_links(
     rows0, rows1, ws = [], [], []
     sig = np.asarray(sigma_integrator, float)
     for i, (xs, xds, *xdds) in enumerate(integrators):
-        S, Sd = layout.selector(xs), layout.selector(xds)
+        S, Sd = _selector(layout, xs), _selector(layout, xds)
         if scheme == "hermite":
-            Sdd = layout.selector(xdds[0])
+            Sdd = _selector(layout, xdds[0])
             rows0.append(-S - 0.5 * dt * Sd - dt * dt / 12.0 * Sdd)
             rows1.append(S - 0.5 * dt * Sd + dt * dt / 12.0 * Sdd)
         elif scheme == "trapezoidal":

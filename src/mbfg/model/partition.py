@@ -222,6 +222,56 @@ def best_coordinates(
     return tuple(int(i) for i in best[0]), float(quality[0])
 
 
+def fixed_coordinates(
+    mech: Mechanism, q: ArrayLike, scale: np.ndarray | None = None, *, candidates: int = 256
+) -> tuple[tuple[int, ...], float]:
+    """The one set of independent coordinates that is best over a whole trajectory.
+
+    The candidates are the best sets (:func:`best_coordinate_sets`) of ``candidates`` states
+    spread over the trajectory; the winner is the candidate whose smallest quality over the
+    states is largest (dense mechanisms: every state; large ones,
+    :data:`SPARSE_QUALITY_MIN_COORDINATES`: the candidates' states only).
+
+    Parameters
+    ----------
+    mech : Mechanism
+    q : array_like, shape (T, n)
+        The trajectory (T >= 1).
+    scale : ndarray, shape (n,), optional
+        Coordinate scales (default 1).
+    candidates : int
+        States whose best sets are candidates (a cost setting).
+
+    Returns
+    -------
+    indices : tuple of int
+        The set, ascending.
+    quality : float
+        Its smallest quality (:func:`coordinate_quality`) over the states, in [0, 1].
+    """
+    q = np.asarray(q, float).reshape(-1, mech.n)
+    scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
+    picks = np.unique(np.linspace(0, q.shape[0] - 1, min(q.shape[0], candidates)).astype(int))
+    if mech.n >= SPARSE_QUALITY_MIN_COORDINATES:
+        sets, _ = best_coordinate_sets(mech, q[picks], scale)
+        states = q[picks]
+
+        def worst(s):
+            return float(np.min(coordinate_quality(mech, states, s, scale)))
+    else:
+        N = _null_basis(mech, q, scale)
+        sets, _ = _best_of_bases(N[picks])
+
+        def worst(s):
+            return float(np.min(_smallest_singular(N[:, list(s), :]))) if len(s) else 1.0
+    best, quality = (), -1.0
+    for s in {tuple(int(i) for i in row) for row in sets}:
+        w = worst(s)
+        if w > quality or (w == quality and s < best):
+            best, quality = s, w
+    return best, max(quality, 0.0)
+
+
 KEEP = 0.5
 """Hysteresis of :func:`partition_along`: the current set is kept while its quality is at least
 this fraction of the best set's."""
@@ -347,5 +397,5 @@ class StatePartition:
         return partition_along(self.mech, q[None], self.scale, keep=self.keep, start=start)[0]
 
 
-__all__ = ["coordinate_quality", "best_coordinate_sets", "best_coordinates",
+__all__ = ["coordinate_quality", "best_coordinate_sets", "best_coordinates", "fixed_coordinates",
            "partition_along", "StatePartition", "KEEP"]
