@@ -432,6 +432,7 @@ class IdentificationProblem:
             self.grids.append(readings_on_grid(params.sensors, list(rec.readings), N))
         self._cache = (None, None)
         self._payload = {}
+        self._scratch = {}  # per row family and block size: its rows, assembled (``_rows``)
         # within a step, q_i, v_i, a_i (and the jerk, if carried) of each coordinate
         # together: the integrators link only equal coordinates of consecutive steps, so in
         # this order the system's band (steps in time order) is about d wide instead of 2 d
@@ -526,8 +527,17 @@ class IdentificationProblem:
             rs = slice(cuts[i], cuts[i + 1])
             np.multiply(ei, wgt, out=e[:, rs])
             if jacobians:
+                # the family's rows are assembled in a small array of their own (its other
+                # slots stay zero: a family writes the same slots every time), then copied
+                # as one contiguous run per step: slot by slot straight into the large A_x,
+                # every write would stream all of this block's rows through the cache
+                key = (i, N, sizes[i])
+                rows = self._scratch.get(key)
+                if rows is None:
+                    rows = self._scratch[key] = np.zeros((N, sizes[i], lay.dim))
                 for slot, Js in J.items():
-                    np.multiply(Js, wgt[:, None], out=Ax[:, rs, lay.slice(slot)])
+                    np.multiply(Js, wgt[:, None], out=rows[:, :, lay.slice(slot)])
+                Ax[:, rs] = rows
                 if Jt is not None:
                     np.multiply(Jt, wgt[:, None],
                                 out=At[:, cuts[i] - cuts[nc]:cuts[i + 1] - cuts[nc]])
