@@ -9,6 +9,7 @@ not depend on the units of lengths versus angles.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -222,6 +223,11 @@ def best_coordinates(
     return tuple(int(i) for i in best[0]), float(quality[0])
 
 
+SPARSE_FIXED_CANDIDATES = 8
+"""Large mechanisms (:data:`SPARSE_QUALITY_MIN_COORDINATES`): :func:`fixed_coordinates`
+compares the sets that are best at the most states, at most this many."""
+
+
 def fixed_coordinates(
     mech: Mechanism, q: ArrayLike, scale: np.ndarray | None = None, *, candidates: int = 256
 ) -> tuple[tuple[int, ...], float]:
@@ -229,8 +235,9 @@ def fixed_coordinates(
 
     The candidates are the best sets (:func:`best_coordinate_sets`) of ``candidates`` states
     spread over the trajectory; the winner is the candidate whose smallest quality over the
-    states is largest (dense mechanisms: every state; large ones,
-    :data:`SPARSE_QUALITY_MIN_COORDINATES`: the candidates' states only).
+    states is largest (dense mechanisms: every candidate over every state; large ones,
+    :data:`SPARSE_QUALITY_MIN_COORDINATES`: the :data:`SPARSE_FIXED_CANDIDATES` sets best at
+    the most candidates' states, over those states).
 
     Parameters
     ----------
@@ -264,8 +271,12 @@ def fixed_coordinates(
 
         def worst(s):
             return float(np.min(_smallest_singular(N[:, list(s), :]))) if len(s) else 1.0
+    counts = Counter(tuple(int(i) for i in row) for row in sets)
+    # large mechanisms: the sets best at most states only (each costs a sparse LU per state)
+    found = [s for s, _ in counts.most_common(
+        SPARSE_FIXED_CANDIDATES if mech.n >= SPARSE_QUALITY_MIN_COORDINATES else None)]
     best, quality = (), -1.0
-    for s in {tuple(int(i) for i in row) for row in sets}:
+    for s in found:
         w = worst(s)
         if w > quality or (w == quality and s < best):
             best, quality = s, w
