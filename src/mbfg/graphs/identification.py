@@ -146,7 +146,8 @@ class IdentificationSettings:
     stage_tolerance : relative tolerance of the loose stages (they only need to start the
         next one inside its basin)
     rule : ``"trapezoidal"`` (Eq. 23 on (q, v) and (v, a)) or ``"hermite"``: each step also
-        carries the jerk j, the fourth-order Hermite rule links (q, v, a) and (v, a, j) and a
+        carries the jerk j of a set of independent coordinates (:func:`jerk_coordinates`), the
+        fourth-order Hermite rule links (q, v, a) and, on those coordinates, (v, a, j) and a
         trapezoidal rule (a, j) (module docstring)
     """
     dynamics: float = 1e-4
