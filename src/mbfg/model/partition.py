@@ -259,7 +259,8 @@ def fixed_coordinates(
     q = np.asarray(q, float).reshape(-1, mech.n)
     scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
     picks = np.unique(np.linspace(0, q.shape[0] - 1, min(q.shape[0], candidates)).astype(int))
-    if mech.n >= SPARSE_QUALITY_MIN_COORDINATES:
+    sparse = mech.n >= SPARSE_QUALITY_MIN_COORDINATES
+    if sparse:
         sets, _ = best_coordinate_sets(mech, q[picks], scale)
         states = q[picks]
 
@@ -273,8 +274,7 @@ def fixed_coordinates(
             return float(np.min(_smallest_singular(N[:, list(s), :]))) if len(s) else 1.0
     counts = Counter(tuple(int(i) for i in row) for row in sets)
     # large mechanisms: the sets best at most states only (each costs a sparse LU per state)
-    found = [s for s, _ in counts.most_common(
-        SPARSE_FIXED_CANDIDATES if mech.n >= SPARSE_QUALITY_MIN_COORDINATES else None)]
+    found = [s for s, _ in counts.most_common(SPARSE_FIXED_CANDIDATES if sparse else None)]
     best, quality = (), -1.0
     for s in found:
         w = worst(s)

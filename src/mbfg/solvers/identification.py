@@ -121,7 +121,8 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None):
         g[1:] -= c.e_pair @ c.B1
     fixed = {}
     for k, A, e0 in c.fixed:
-        fixed[k] = fixed.get(k, 0.0) + (A @ P).T @ (A @ P)
+        AP = A @ P
+        fixed[k] = fixed.get(k, 0.0) + AP.T @ AP
         g[k] -= A.T @ e0
     pair = c.e_pair.size and N > 1
     H0, H1 = (B0.T @ B0, B1.T @ B1) if pair else (None, None)
