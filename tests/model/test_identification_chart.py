@@ -350,6 +350,48 @@ def test_initial_states_of_several_recordings_are_each_ones_own(setup):
             np.testing.assert_array_equal(a, b)
 
 
+def test_initial_states_from_markers_on_every_moving_point():
+    """Markers on every moving point measure more coordinates than the mechanism has degrees
+    of freedom: the continuation holds the best-conditioned dof of them, so every state is
+    on the constraint manifold (holding all of them over-determined the position problem and
+    left the states off it) and follows the truth of generated mechanisms of 1 and 2 dof."""
+    from mbfg.model import constraints as C
+    from mbfg.model.identification import initial_states
+    from mbfg.model.integrate import integrate_reference
+    from mbfg.model.scales import mechanism_scales
+    from mbfg.model.sensors import Marker, SensorSet, readings_on_grid
+    from mbfg.testing import random_mechanism
+    for family, seed, L in (("crank-rocker", 3, 0.01), ("five-bar", 5, 4.0)):
+        mech = random_mechanism(family, seed, length=L, mass=1.0).load()
+        sc = mechanism_scales(mech)
+        w = np.sqrt(9.81 / sc.length)
+        dt = 0.02 / w
+        tr = integrate_reference(mech, 200 * dt, dt, rtol=1e-10, atol=1e-12 * sc.length)
+        points = sorted({p for b in mech.spec.bodies for p in b.points
+                         if not mech.spec.points[p].fixed})
+        sensors = SensorSet([Marker(point=p, sigma=1e-4 * sc.length) for p in points])
+        assert 2 * len(points) > mech.dof
+        readings = sensors.synthesize(mech, tr.t, tr.q, tr.qd, tr.qdd,
+                                      rng=np.random.default_rng(seed))
+        grid = readings_on_grid(tuple(sensors), readings, tr.t.size)
+        q, qd, _ = initial_states(mech, tuple(sensors), grid, dt, cutoff=0.5)
+        phi = C.position_constraints(mech, q) / sc.constraints
+        assert np.max(np.abs(phi)) < 1e-9, (family, np.max(np.abs(phi)))
+        assert np.max(np.abs(q - tr.q) / sc.coordinates) < 2e-3, family
+        assert np.max(np.abs(qd - tr.qd)[5:-5] / (w * sc.coordinates)) < 0.1, family
+
+
+def test_an_overflowing_chart_point_is_a_floating_point_error(setup):
+    """A trial point far outside any physical range (exp overflows) raises FloatingPointError,
+    which the optimizer treats as a rejected step (it used to raise UsageError from the
+    mass check and end the identification of a generated crank-rocker)."""
+    _, _, ps = setup
+    theta = np.zeros(ps.size)
+    theta[0] = 800.0
+    with pytest.raises(FloatingPointError):
+        ps.apply(theta)
+
+
 def _two_recordings(ps, mech, sensors, rng, T=5):
     from mbfg.graphs.identification import Recording
     recs, firsts = [], []

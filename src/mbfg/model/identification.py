@@ -271,20 +271,26 @@ class ParameterSet:
 
     # ---------------------------------------------------------------- the model at theta
     def apply(self, theta: ArrayLike) -> tuple:
-        """(Mechanism, sensors tuple) with the physical values at theta."""
+        """(Mechanism, sensors tuple) with the physical values at theta.
+
+        Raises FloatingPointError when a value overflows (a chart coordinate beyond about
+        700: an optimizer's trial point far outside any physical range, which it rejects)."""
         theta = self._check(theta)
         mech = self.mech
-        bodies = self._bodies(theta)
-        pi = parameter_vector(mech)
-        for b, (m, c, IG, *_rest) in enumerate(bodies):
-            pi[PER_BODY * b:PER_BODY * (b + 1)] = (m, m * c[0], m * c[1], IG + m * (c @ c))
+        with np.errstate(over="raise", invalid="raise"):
+            bodies = self._bodies(theta)
+            pi = parameter_vector(mech)
+            for b, (m, c, IG, *_rest) in enumerate(bodies):
+                pi[PER_BODY * b:PER_BODY * (b + 1)] = (m, m * c[0], m * c[1], IG + m * (c @ c))
+            coefficients = [None if kind == "body" else self._coefficient(j, theta)[0]
+                            for j, (kind, _, _) in enumerate(self._kind)]
         friction = list(mech.spec.friction)
         motors = list(mech.spec.motors)
         sensors = list(self.sensors)
         for j, (kind, i, field) in enumerate(self._kind):
             if kind == "body":
                 continue
-            v, _ = self._coefficient(j, theta)
+            v = coefficients[j]
             if kind == "friction":
                 friction[i] = dataclasses.replace(friction[i], **{field: float(v)})
             elif kind == "motor":
@@ -753,6 +759,17 @@ def dynamics_parameter_jacobian(
     return np.matmul(np.asarray(d_Q, float), dQ)
 
 
+def _held(mech: Mechanism, q: np.ndarray, measured: list, scale: np.ndarray) -> tuple:
+    """The measured coordinates a position solve at q holds: all of them when they are as
+    many as the degrees of freedom, else the best-conditioned ``dof`` of them at q
+    (:func:`mbfg.model.partition.best_coordinates_among`; markers on every moving point
+    measure more coordinates than the mechanism has degrees of freedom)."""
+    if len(measured) <= mech.dof:
+        return tuple(measured)
+    from mbfg.model.partition import best_coordinates_among
+    return best_coordinates_among(mech, q, measured, scale)[0]
+
+
 def _filled(z: np.ndarray, has: np.ndarray) -> np.ndarray:
     """Readings (N, k) with the steps without a reading linearly interpolated."""
     idx = np.flatnonzero(has)
@@ -790,7 +807,10 @@ def initial_states(
     Phi(q) = 0 (:func:`mbfg.model.kinematics.solve_positions_batch`), solved by continuation
     in chunks along which the fixed coordinates move by less than a fifth of their scale
     (starting from ``mech.q0`` and walking to the first reading the same way), so that every
-    step stays on the assembly branch of ``mech.q0``.  Velocities and
+    step stays on the assembly branch of ``mech.q0``.  When the readings measure more
+    coordinates than the mechanism has degrees of freedom (markers on every moving point),
+    each chunk holds only the best-conditioned ``dof`` of them at its start (:func:`_held`):
+    holding all of them over-determines the position problem.  Velocities and
     accelerations are central differences (projected onto Phi_q qd = 0).
 
     ``grid``: :func:`mbfg.model.sensors.readings_on_grid` of the recording.  Returns None
@@ -836,7 +856,8 @@ def initial_states_many(
             continue
         Z = _lowpass(np.stack(cols, axis=1), cutoff)
         N = Z.shape[0]
-        scale = coordinate_scales(mech)[fixed]
+        scale_all = coordinate_scales(mech)
+        scale = scale_all[fixed]
         guess = np.array(mech.q0, float)
         # the encoder's angle is known modulo 2 pi: start near the model's q0
         for j, k in enumerate(fixed):
@@ -844,11 +865,13 @@ def initial_states_many(
                 shift = 2 * np.pi * np.round((guess[k] - Z[0, j]) / (2 * np.pi))
                 Z[:, j] += shift
         # from the model's q0 to the first reading in small steps (the same assembly branch)
-        start = guess[fixed].copy()
-        hops = int(np.ceil(np.max(np.abs(Z[0] - start) / scale) / 0.2)) if N else 0
+        held = list(_held(mech, guess, fixed, scale_all))
+        start = guess[held].copy()
+        first = Z[0, [fixed.index(k) for k in held]] if N else start
+        hops = int(np.ceil(np.max(np.abs(first - start) / scale_all[held]) / 0.2)) if N else 0
         for h in range(1, hops + 1):
-            guess[fixed] = start + (Z[0] - start) * (h / hops)
-            guess = solve_positions_batch(mech, guess[None], fixed, guess[fixed][None])[0][0]
+            guess[held] = start + (first - start) * (h / hops)
+            guess = solve_positions_batch(mech, guess[None], held, guess[held][None])[0][0]
         chunks, i = [], 0
         while i < N:
             moved = np.max(np.abs(Z[i:] - Z[i]) / scale, axis=1)
@@ -856,26 +879,28 @@ def initial_states_many(
             chunks.append((i, j))
             i = j
         runs.append([fixed, Z, np.empty((N, mech.n)), guess, chunks])
-    # the k-th chunk of every recording (with the same fixed coordinates) in one solve; each
+    # the k-th chunk of every recording (with the same held coordinates) in one solve; each
     # chunk starts from the solution at the end of the previous one
     live = [r for r in runs if r is not None]
+    scale_all = coordinate_scales(mech)
     for c in range(max((len(r[4]) for r in live), default=0)):
         groups = {}
         for r in live:
             if c < len(r[4]):
-                groups.setdefault(tuple(r[0]), []).append(r)
+                held = _held(mech, r[3], r[0], scale_all)
+                groups.setdefault(held, []).append((r, [r[0].index(k) for k in held]))
         for fixed, members in groups.items():
             guesses, values = [], []
-            for r in members:
+            for r, cols in members:
                 i, j = r[4][c]
                 g = r[3].copy()
-                g[list(fixed)] = r[1][i]
+                g[list(fixed)] = r[1][i, cols]
                 guesses.append(np.broadcast_to(g, (j - i, mech.n)))
-                values.append(r[1][i:j])
+                values.append(r[1][i:j, cols])
             qs, _ = solve_positions_batch(mech, np.concatenate(guesses), list(fixed),
                                           np.concatenate(values))
             off = 0
-            for r in members:
+            for r, _ in members:
                 i, j = r[4][c]
                 r[2][i:j] = qs[off:off + j - i]
                 r[3] = qs[off + j - i - 1].copy()

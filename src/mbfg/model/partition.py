@@ -223,6 +223,26 @@ def best_coordinates(
     return tuple(int(i) for i in best[0]), float(quality[0])
 
 
+def best_coordinates_among(
+    mech: Mechanism, q: ArrayLike, candidates: ArrayLike, scale: np.ndarray | None = None
+) -> tuple[tuple[int, ...], float]:
+    """The best-conditioned ``dof`` coordinates among ``candidates`` at one state q (n,), and
+    their quality (:func:`coordinate_quality`): QR with column pivoting of the candidates'
+    rows of the null-space basis (as :func:`best_coordinates`, restricted to them; dense).
+
+    What the measured coordinates of a recording fix: markers on every moving point
+    measure more coordinates than the mechanism has degrees of freedom, and holding all of
+    them would over-determine the position problem."""
+    q = np.asarray(q, float)
+    cand = np.asarray(candidates, int).ravel()
+    scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
+    N = _null_basis(mech, q[None], scale)
+    if cand.size < N.shape[-1]:
+        raise ValueError(f"{cand.size} candidates cannot hold {N.shape[-1]} degrees of freedom")
+    best, quality = _best_of_bases(N[:, cand, :])
+    return tuple(sorted(int(cand[i]) for i in best[0])), float(quality[0])
+
+
 SPARSE_FIXED_CANDIDATES = 8
 """Large mechanisms (:data:`SPARSE_QUALITY_MIN_COORDINATES`): :func:`fixed_coordinates`
 compares the sets that are best at the most states, at most this many."""
