@@ -381,15 +381,44 @@ def test_initial_states_from_markers_on_every_moving_point():
         assert np.max(np.abs(qd - tr.qd)[5:-5] / (w * sc.coordinates)) < 0.1, family
 
 
+def test_fit_positions_is_the_constrained_least_squares_match():
+    """fit_positions_batch against scipy's SLSQP on the same problem (min sum ((q_i - z_i) /
+    s_i)^2 over the measured coordinates subject to Phi(q) = 0), on a generated five-bar
+    with noisy markers on every moving point."""
+    from scipy.optimize import minimize
+
+    from mbfg.model import constraints as C
+    from mbfg.model.kinematics import fit_positions_batch
+    from mbfg.model.scales import mechanism_scales
+    from mbfg.testing import random_mechanism
+    mech = random_mechanism("five-bar", 5, length=0.03, mass=1.0).load()
+    s = mechanism_scales(mech).coordinates
+    rng = np.random.default_rng(7)
+    states = np.stack([random_assembled_state(mech, rng, spread=0.05)[0] for _ in range(3)])
+    idx = [i for i in range(mech.n) if i not in tuple(mech.angle_coords)]
+    z = states[:, idx] + 0.01 * s[idx] * rng.normal(size=(3, len(idx)))
+    q, ok = fit_positions_batch(mech, states, idx, z)
+    assert ok.all()
+    for k in range(3):
+        ref = minimize(lambda x: np.sum(((x[idx] - z[k]) / s[idx]) ** 2), states[k],
+                       method="SLSQP", constraints={"type": "eq",
+                                                    "fun": lambda x: C.position_constraints(mech, x)},
+                       options={"ftol": 1e-14, "maxiter": 500})
+        assert ref.success
+        np.testing.assert_allclose(q[k], ref.x, atol=1e-6 * s.max())
+
+
 def test_an_overflowing_chart_point_is_a_floating_point_error(setup):
-    """A trial point far outside any physical range (exp overflows) raises FloatingPointError,
+    """A trial point far outside any physical range (exp overflows or underflows) raises
+    FloatingPointError,
     which the optimizer treats as a rejected step (it used to raise UsageError from the
     mass check and end the identification of a generated crank-rocker)."""
     _, _, ps = setup
     theta = np.zeros(ps.size)
-    theta[0] = 800.0
-    with pytest.raises(FloatingPointError):
-        ps.apply(theta)
+    for value in (800.0, -800.0):   # exp overflows; exp underflows to a zero mass
+        theta[0] = value
+        with pytest.raises(FloatingPointError):
+            ps.apply(theta)
 
 
 def _two_recordings(ps, mech, sensors, rng, T=5):

@@ -273,8 +273,9 @@ class ParameterSet:
     def apply(self, theta: ArrayLike) -> tuple:
         """(Mechanism, sensors tuple) with the physical values at theta.
 
-        Raises FloatingPointError when a value overflows (a chart coordinate beyond about
-        700: an optimizer's trial point far outside any physical range, which it rejects)."""
+        Raises FloatingPointError when a value overflows or a mass or central inertia
+        underflows to zero (a chart coordinate beyond about 700: an optimizer's trial point
+        far outside any physical range, which it rejects)."""
         theta = self._check(theta)
         mech = self.mech
         with np.errstate(over="raise", invalid="raise"):
@@ -284,6 +285,9 @@ class ParameterSet:
                 pi[PER_BODY * b:PER_BODY * (b + 1)] = (m, m * c[0], m * c[1], IG + m * (c @ c))
             coefficients = [None if kind == "body" else self._coefficient(j, theta)[0]
                             for j, (kind, _, _) in enumerate(self._kind)]
+        if not all(m > 0.0 and IG > 0.0 for m, _, IG, *_rest in bodies):
+            raise FloatingPointError("a mass or central inertia of the chart point underflows "
+                                     "to zero")
         friction = list(mech.spec.friction)
         motors = list(mech.spec.motors)
         sensors = list(self.sensors)
@@ -759,15 +763,17 @@ def dynamics_parameter_jacobian(
     return np.matmul(np.asarray(d_Q, float), dQ)
 
 
-def _held(mech: Mechanism, q: np.ndarray, measured: list, scale: np.ndarray) -> tuple:
-    """The measured coordinates a position solve at q holds: all of them when they are as
-    many as the degrees of freedom, else the best-conditioned ``dof`` of them at q
-    (:func:`mbfg.model.partition.best_coordinates_among`; markers on every moving point
-    measure more coordinates than the mechanism has degrees of freedom)."""
+def _positions(mech: Mechanism, guess: np.ndarray, measured: list, values: np.ndarray
+               ) -> np.ndarray:
+    """Configurations (T, n) from guesses (T, n) whose ``measured`` coordinates read
+    ``values`` (T, k): holding them when they are as many as the degrees of freedom
+    (:func:`mbfg.model.kinematics.solve_positions_batch`), else the best least-squares match
+    on the constraint manifold (:func:`mbfg.model.kinematics.fit_positions_batch`; markers
+    on every moving point over-determine the configuration)."""
+    from mbfg.model.kinematics import fit_positions_batch, solve_positions_batch
     if len(measured) <= mech.dof:
-        return tuple(measured)
-    from mbfg.model.partition import best_coordinates_among
-    return best_coordinates_among(mech, q, measured, scale)[0]
+        return solve_positions_batch(mech, guess, measured, values)[0]
+    return fit_positions_batch(mech, guess, measured, values)[0]
 
 
 def _filled(z: np.ndarray, has: np.ndarray) -> np.ndarray:
@@ -809,8 +815,9 @@ def initial_states(
     (starting from ``mech.q0`` and walking to the first reading the same way), so that every
     step stays on the assembly branch of ``mech.q0``.  When the readings measure more
     coordinates than the mechanism has degrees of freedom (markers on every moving point),
-    each chunk holds only the best-conditioned ``dof`` of them at its start (:func:`_held`):
-    holding all of them over-determines the position problem.  Velocities and
+    each state is the configuration that matches them best in least squares
+    (:func:`_positions`): holding all of them over-determines the position problem.
+    Velocities and
     accelerations are central differences (projected onto Phi_q qd = 0).
 
     ``grid``: :func:`mbfg.model.sensors.readings_on_grid` of the recording.  Returns None
@@ -830,7 +837,7 @@ def initial_states_many(
     the same results, with the continuations of the recordings advancing together, so that
     one position solve serves the k-th chunk of every recording (the solves are per state:
     batching them changes nothing but the number of calls)."""
-    from mbfg.model.kinematics import project_velocities_batch, solve_positions_batch
+    from mbfg.model.kinematics import project_velocities_batch
     from mbfg.model.scales import coordinate_scales
     from mbfg.model.sensors import AngleEncoder, Marker
     runs = []   # per recording: (fixed, Z, q, guess, chunks) or None
@@ -856,8 +863,7 @@ def initial_states_many(
             continue
         Z = _lowpass(np.stack(cols, axis=1), cutoff)
         N = Z.shape[0]
-        scale_all = coordinate_scales(mech)
-        scale = scale_all[fixed]
+        scale = coordinate_scales(mech)[fixed]
         guess = np.array(mech.q0, float)
         # the encoder's angle is known modulo 2 pi: start near the model's q0
         for j, k in enumerate(fixed):
@@ -865,13 +871,11 @@ def initial_states_many(
                 shift = 2 * np.pi * np.round((guess[k] - Z[0, j]) / (2 * np.pi))
                 Z[:, j] += shift
         # from the model's q0 to the first reading in small steps (the same assembly branch)
-        held = list(_held(mech, guess, fixed, scale_all))
-        start = guess[held].copy()
-        first = Z[0, [fixed.index(k) for k in held]] if N else start
-        hops = int(np.ceil(np.max(np.abs(first - start) / scale_all[held]) / 0.2)) if N else 0
+        start = guess[fixed].copy()
+        hops = int(np.ceil(np.max(np.abs(Z[0] - start) / scale) / 0.2)) if N else 0
         for h in range(1, hops + 1):
-            guess[held] = start + (first - start) * (h / hops)
-            guess = solve_positions_batch(mech, guess[None], held, guess[held][None])[0][0]
+            guess = _positions(mech, guess[None], fixed,
+                               (start + (Z[0] - start) * (h / hops))[None])[0]
         chunks, i = [], 0
         while i < N:
             moved = np.max(np.abs(Z[i:] - Z[i]) / scale, axis=1)
@@ -882,25 +886,23 @@ def initial_states_many(
     # the k-th chunk of every recording (with the same held coordinates) in one solve; each
     # chunk starts from the solution at the end of the previous one
     live = [r for r in runs if r is not None]
-    scale_all = coordinate_scales(mech)
     for c in range(max((len(r[4]) for r in live), default=0)):
         groups = {}
         for r in live:
             if c < len(r[4]):
-                held = _held(mech, r[3], r[0], scale_all)
-                groups.setdefault(held, []).append((r, [r[0].index(k) for k in held]))
+                groups.setdefault(tuple(r[0]), []).append(r)
         for fixed, members in groups.items():
             guesses, values = [], []
-            for r, cols in members:
+            for r in members:
                 i, j = r[4][c]
                 g = r[3].copy()
-                g[list(fixed)] = r[1][i, cols]
+                if len(fixed) <= mech.dof:
+                    g[list(fixed)] = r[1][i]
                 guesses.append(np.broadcast_to(g, (j - i, mech.n)))
-                values.append(r[1][i:j, cols])
-            qs, _ = solve_positions_batch(mech, np.concatenate(guesses), list(fixed),
-                                          np.concatenate(values))
+                values.append(r[1][i:j])
+            qs = _positions(mech, np.concatenate(guesses), list(fixed), np.concatenate(values))
             off = 0
-            for r, _ in members:
+            for r in members:
                 i, j = r[4][c]
                 r[2][i:j] = qs[off:off + j - i]
                 r[3] = qs[off + j - i - 1].copy()

@@ -468,6 +468,67 @@ def solve_positions_batch(
     return q, ok
 
 
+def fit_positions_batch(
+    mech: Mechanism,
+    q_guess: ArrayLike,
+    indices: ArrayLike,
+    values: ArrayLike,
+    *,
+    tol: float = 1e-10,
+    max_iter: int = 30,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Configurations on the constraint manifold whose coordinates ``indices`` best match
+    ``values`` in least squares (each coordinate in its own scale,
+    :func:`mbfg.model.scales.coordinate_scales`), for many states at once.
+
+    The position problem of measurements that over-determine the configuration (markers on
+    every moving point of a one-dof linkage): holding all measured coordinates, as
+    :func:`solve_positions_batch` does, has no solution when the readings are noisy, and
+    holding only ``dof`` of them can pick the other root where they are poorly conditioned
+    (a crank's y alone near its top).  Gauss-Newton on the manifold: each iteration moves
+    along the tangent space (an orthonormal basis N of the null space of Phi_q diag(s),
+    :func:`mbfg.model.partition.null_space_bases`) by the least-squares step of the
+    measured rows of N, then returns to the manifold by :func:`solve_positions_batch`, so
+    each state stays on the assembly branch of its guess.
+
+    Parameters
+    ----------
+    q_guess : (N, n) or (n,) array
+        Initial configurations [m, rad] (projected onto the manifold first).
+    indices : sequence of int
+        The measured coordinates (at least ``dof`` of them, fixing the configuration).
+    values : (N, k) or (k,) array
+        Their measured values.
+    tol : float
+        Convergence: the largest tangent step, in units of the coordinates' scales.
+    max_iter : int
+
+    Returns
+    -------
+    q : (N, n) array
+    converged : (N,) bool array
+    """
+    from mbfg.model.partition import null_space_bases
+    q = np.array(q_guess, dtype=float, ndmin=2)
+    idx = np.asarray(indices, int).ravel()
+    s = coordinate_scales(mech)
+    z = np.broadcast_to(np.asarray(values, float), (q.shape[0], idx.size))
+    q, ok = solve_positions_batch(mech, q)
+    done = np.zeros(q.shape[0], bool)
+    for _ in range(max_iter):
+        a = np.flatnonzero(~done)
+        if not a.size:
+            break
+        N = null_space_bases(mech, q[a], s)                        # (A, n, d)
+        Nm = N[:, idx, :]
+        r = (z[a] - q[a][:, idx]) / s[idx]
+        step = (np.linalg.pinv(Nm) @ r[:, :, None])[:, :, 0]          # (A, d)
+        qa, oka = solve_positions_batch(mech, q[a] + s * (N @ step[:, :, None])[:, :, 0])
+        q[a], ok[a] = qa, oka
+        done[a] = np.max(np.abs(step), axis=1) <= tol
+    return q, ok & done
+
+
 def _minimum_norm_step(J, rhs):
     """Minimum-norm solutions of J x = rhs for a batch (T, r, f), (T, r): a direct solve when
     square, J^T (J J^T)^-1 rhs when wide (for large systems the same x by

@@ -24,6 +24,13 @@ if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
 
 
+def null_space_bases(mech: Mechanism, q: ArrayLike, scale: np.ndarray) -> np.ndarray:
+    """Orthonormal bases (T, n, d) of the null space of Phi_q diag(scale) at the states q
+    (T, n), on the independent constraint rows: the tangent directions of the constraint
+    manifold in the coordinates' scales (dense SVD)."""
+    return _null_basis(mech, np.asarray(q, float), np.asarray(scale, float))
+
+
 def _null_basis(mech, q, scale):
     """Orthonormal null-space bases (T, n, d) of Phi_q diag(scale) on the independent rows."""
     Jall = C.constraint_jacobian(mech, q)
@@ -221,26 +228,6 @@ def best_coordinates(
     (:func:`best_coordinate_sets` of one state)."""
     best, quality = best_coordinate_sets(mech, np.asarray(q, float)[None], scale)
     return tuple(int(i) for i in best[0]), float(quality[0])
-
-
-def best_coordinates_among(
-    mech: Mechanism, q: ArrayLike, candidates: ArrayLike, scale: np.ndarray | None = None
-) -> tuple[tuple[int, ...], float]:
-    """The best-conditioned ``dof`` coordinates among ``candidates`` at one state q (n,), and
-    their quality (:func:`coordinate_quality`): QR with column pivoting of the candidates'
-    rows of the null-space basis (as :func:`best_coordinates`, restricted to them; dense).
-
-    What the measured coordinates of a recording fix: markers on every moving point
-    measure more coordinates than the mechanism has degrees of freedom, and holding all of
-    them would over-determine the position problem."""
-    q = np.asarray(q, float)
-    cand = np.asarray(candidates, int).ravel()
-    scale = np.ones(mech.n) if scale is None else np.asarray(scale, float)
-    N = _null_basis(mech, q[None], scale)
-    if cand.size < N.shape[-1]:
-        raise ValueError(f"{cand.size} candidates cannot hold {N.shape[-1]} degrees of freedom")
-    best, quality = _best_of_bases(N[:, cand, :])
-    return tuple(sorted(int(cand[i]) for i in best[0])), float(quality[0])
 
 
 SPARSE_FIXED_CANDIDATES = 8
