@@ -408,6 +408,31 @@ def test_fit_positions_is_the_constrained_least_squares_match():
         np.testing.assert_allclose(q[k], ref.x, atol=1e-6 * s.max())
 
 
+def test_scaled_velocity_projection_does_not_depend_on_units():
+    """project_velocities_batch with the coordinate scales: the same mechanism in mm and in
+    m (a relative angle among its coordinates) gives the same projected rates in units of
+    the scales; the plain minimum-norm projection mixes m/s with rad/s and does not (it
+    made the identification's initial rates, and so its iterations, depend on the units)."""
+    from mbfg.model.kinematics import project_velocities_batch
+    from mbfg.model.scales import coordinate_scales, mechanism_scales
+    from mbfg.testing import random_mechanism
+    out = {}
+    for L in (0.01, 5.0):
+        mech = random_mechanism("crank-rocker", 3, length=L, mass=1.0).load()
+        assert mech.angle_coords.size
+        s = coordinate_scales(mech)
+        rng = np.random.default_rng(3)
+        q = np.stack([random_assembled_state(mech, rng, spread=0.2)[0] for _ in range(4)])
+        v = rng.normal(size=q.shape) * s                      # off the tangent space
+        scaled = project_velocities_batch(mech, q, v, s)
+        from mbfg.model.constraints import constraint_jacobian
+        assert np.max(np.abs(np.einsum("kmn,kn->km", constraint_jacobian(mech, q), scaled))
+                      / mechanism_scales(mech).constraints) < 1e-9
+        out[L] = (scaled / s, project_velocities_batch(mech, q, v) / s)
+    np.testing.assert_allclose(out[0.01][0], out[5.0][0], atol=1e-9)
+    assert np.max(np.abs(out[0.01][1] - out[5.0][1])) > 1e-3
+
+
 def test_an_overflowing_chart_point_is_a_floating_point_error(setup):
     """A trial point far outside any physical range (exp overflows or underflows) raises
     FloatingPointError,

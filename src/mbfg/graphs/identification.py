@@ -220,6 +220,21 @@ class ChainBlocks:
             total += float(rf @ rf)
         return 0.5 * total
 
+    def diagonal(self) -> np.ndarray:
+        """(N, d) the diagonal of the chain's normal equations in its steps (the Marquardt
+        damping's scale: it has each variable's units, so damping by it is unit-free)."""
+        D = np.einsum("krd,krd->kd", self.A_x, self.A_x)
+        if self.e_pair.size and D.shape[0] > 1:
+            D[:-1] += np.sum(self.B0 * self.B0, axis=0)
+            D[1:] += np.sum(self.B1 * self.B1, axis=0)
+        for k, A, _ in self.fixed:
+            D[k] += np.sum(A * A, axis=0)
+        return D
+
+    def theta_diagonal(self) -> np.ndarray:
+        """(p,) the diagonal of the chain's block of theta's normal equations."""
+        return np.einsum("krp,krp->p", self.A_t, self.A_t)
+
 
 @dataclass(frozen=True)
 class JointSystem:
@@ -243,9 +258,14 @@ class JointSystem:
         return total + sum(c.residual(dx, dtheta if self.p else None)
                            for c, dx in zip(self.chains, dxs))
 
+    def theta_diagonal(self) -> np.ndarray:
+        """(p,) the diagonal of theta's block of the normal equations (prior and chains)."""
+        return np.sum(self.W * self.W, axis=0) + sum(c.theta_diagonal() for c in self.chains)
+
     def graph(self, damping: float = 0.0) -> gtsam.GaussianFactorGraph:
-        """The same system as a gtsam graph (delta form; ``damping`` lambda adds
-        ``lambda ||delta||^2`` on every variable)."""
+        """The same system as a gtsam graph (delta form; ``damping`` lambda adds Marquardt's
+        ``lambda sum_i H_ii delta_i^2`` on every variable, H_ii the normal equations'
+        diagonal: unit-free)."""
         out = gtsam.GaussianFactorGraph()
         p, tk = self.p, self.theta_key
         for c, keys in zip(self.chains, self.keys()):
@@ -266,13 +286,14 @@ class JointSystem:
                     out.add(keys[k], c.A_x[k], b[k], model)
             if damping > 0.0:
                 d = c.A_x.shape[2]
-                s, z, model = np.sqrt(damping) * np.eye(d), np.zeros(d), unit_noise(d)
-                for k in keys:
-                    out.add(k, s, z, model)
+                z, model = np.zeros(d), unit_noise(d)
+                for k, Dk in zip(keys, np.sqrt(damping * c.diagonal())):
+                    out.add(k, np.diag(Dk), z, model)
         if p:
             out.add(tk, self.W, -self.e_theta, unit_noise(p))
             if damping > 0.0:
-                out.add(tk, np.sqrt(damping) * np.eye(p), np.zeros(p), unit_noise(p))
+                out.add(tk, np.diag(np.sqrt(damping * self.theta_diagonal())), np.zeros(p),
+                        unit_noise(p))
         return out
 
 

@@ -914,7 +914,8 @@ def initial_states_many(
             continue
         q = r[2]
         N = q.shape[0]
-        qd = (project_velocities_batch(mech, q, np.gradient(q, dt, axis=0)) if N > 1
+        qd = (project_velocities_batch(mech, q, np.gradient(q, dt, axis=0),
+                                       coordinate_scales(mech)) if N > 1
               else np.zeros_like(q))
         qdd = np.gradient(qd, dt, axis=0) if N > 1 else np.zeros_like(q)
         out.append((q, qd, qdd))

@@ -547,18 +547,29 @@ def _minimum_norm_step(J, rhs):
         return np.einsum("...ij,...j->...i", np.linalg.pinv(J), rhs)
 
 
-def project_velocities_batch(mech: Mechanism, q: ArrayLike, v: ArrayLike) -> np.ndarray:
-    """Vectorized minimum-norm projection of velocities (T, n) onto Phi_q v = 0."""
+def project_velocities_batch(mech: Mechanism, q: ArrayLike, v: ArrayLike,
+                             scale: ArrayLike | None = None) -> np.ndarray:
+    """Vectorized minimum-norm projection of velocities (T, n) onto Phi_q v = 0.
+
+    ``scale`` (n,): the norm is that of v / scale (each coordinate in its own scale,
+    :func:`mbfg.model.scales.coordinate_scales`), so that the projection does not depend on
+    the units of lengths against angles; default 1 (the plain norm)."""
     q = np.asarray(q, float)
     v = np.asarray(v, float)
     _, J = C.solve_jacobian(mech, q)
+    s = np.ones(mech.n) if scale is None else np.asarray(scale, float)
+    v = v / s                                  # in the scaled coordinates u = v / s:
+    if isinstance(J, StackedSparse):           # Phi_q diag(s) u = 0
+        J = StackedSparse(J.values * s[J.pattern.cols], J.pattern)
+    else:
+        J = J * s
     if isinstance(J, StackedSparse) or uses_sparse(mech.n, J.shape[-2]):
         # the minimum-norm correction, by the sparse saddle-point solve (flattened states)
         v2 = np.broadcast_to(v, q.shape).reshape(-1, mech.n)
         J2 = J if isinstance(J, StackedSparse) else J.reshape((-1,) + J.shape[-2:])
-        return (v2 + minimum_norm(J2, -times(J2, v2))).reshape(q.shape)
+        return (v2 + minimum_norm(J2, -times(J2, v2))).reshape(q.shape) * s
     y = np.linalg.solve(J @ np.swapaxes(J, 1, 2), (J @ v[..., None]))
-    return v - (np.swapaxes(J, 1, 2) @ y)[..., 0]
+    return (v - (np.swapaxes(J, 1, 2) @ y)[..., 0]) * s
 
 
 class StateProjection:

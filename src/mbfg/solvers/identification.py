@@ -25,8 +25,9 @@ linear in the number of steps, and nothing per factor is done in Python.
 Should the Cholesky meet a pivot that is not positive (a singular or badly conditioned system),
 sequential QR of the whole system as a gtsam graph (theta last; its last conditional's R^T R
 is the information) serves the rest of the call: it only squares the square root of the
-conditioning.  Damping ``lambda ||delta||^2`` is added on every variable when a step raises
-the cost.
+conditioning.  When a step raises the cost, Marquardt's damping ``lambda sum_i H_ii
+delta_i^2`` (H_ii the normal equations' diagonal) is added on every variable: it has the
+variables' units, so the path of the iterations does not depend on the mechanism's units.
 """
 from __future__ import annotations
 
@@ -101,7 +102,8 @@ def _permutation(order: np.ndarray) -> np.ndarray:
 
 
 def _factor_chain(c, lam: float, p: int, work: dict | None = None):
-    """Banded Cholesky of one chain's step block (damped by ``lam``) and its forward solves.
+    """Banded Cholesky of one chain's step block (its diagonal times 1 + ``lam``) and its
+    forward solves.
 
     Returns ``(L, kd, W, y, Htt, gt)``: the factor (LAPACK band storage), W = L^-1 H_st
     (n, p), y = L^-1 g_s (n,), and the chain's own theta block H_tt (p, p) and gradient g_t
@@ -148,11 +150,11 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None):
         if pair:
             hd[:min(k1, N - 1) - k0] += H0
             hd[max(k0, 1) - k0:] += H1
-        if lam > 0.0:
-            hd.reshape(m, d * d)[:, ::d + 1] += lam
         for k, H in fixed.items():
             if k0 <= k < k1:
                 hd[k - k0] += H
+        if lam > 0.0:  # Marquardt: H_ii (1 + lam), unit-free
+            hd.reshape(m, d * d)[:, ::d + 1] *= 1.0 + lam
         band = ab3[k0:k1]
         band.fill(0.0)
         for k in range(d):  # the k-th subdiagonal of the step blocks
@@ -203,7 +205,9 @@ def solve_joint(system: object, lam: float = 0.0, work: dict | None = None) -> t
     if not p:
         return [_back_chain(c, L, W, y, None) for c, (L, _, W, y, _, _) in
                 zip(system.chains, parts)], None, None
-    S = system.W.T @ system.W + lam * np.eye(p)
+    S = system.W.T @ system.W
+    if lam > 0.0:  # Marquardt, as on the steps
+        S += np.diag(lam * system.theta_diagonal())
     gt = -(system.W.T @ system.e_theta)
     for _, _, W, y, Htt, g in parts:
         U = np.triu(dsyrk(1.0, W, trans=1))      # W^T W by BLAS syrk: its upper triangle
