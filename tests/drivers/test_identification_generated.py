@@ -1,0 +1,33 @@
+"""mbfg.identify on generated mechanisms nobody here wrote (mbfg.testing.random_identification_case):
+viscous friction at every revolute joint, a motor on the best independent coordinate, markers on
+every moving point and a gyroscope, simulated by DOP853 at millimetre/gram and metre/tens-of-kg
+scales; the expected values are the generator's truth, never the code under test."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mbfg
+from mbfg.testing import random_identification_case
+
+CASES = [("crank-rocker", 12, 0.01, 0.001), ("oscillating-cylinder", 21, 2.0, 50.0)]
+"""(family, seed, length [m], mass [kg]): the crank-rocker's crank starts along -x, where its
+marker's y alone has two roots (the initial states once followed the wrong one)."""
+
+
+@pytest.mark.parametrize("family, seed, length, mass", CASES)
+def test_identification_of_a_generated_mechanism(family, seed, length, mass):
+    case = random_identification_case(family, seed, length=length, mass=mass, steps=1500)
+    res = mbfg.identify(case.guess, case.sensors, [case.recording], list(case.names))
+    assert res.converged, res.stats["reason"]
+    # the fit is consistent with the sensors' noise: about one per reading
+    assert 0.8 < res.costs[0] < 1.25, res.costs
+    # honest intervals: every parameter within 4 standard deviations of the truth (the
+    # parameters the data cannot see keep their prior's width, so they pass too)
+    z = np.abs(res.values - case.true_values) / res.std
+    assert np.all(z < 4.0), dict(zip(res.names, np.round(z, 2)))
+    # and the well-determined ones (std below 10 % of the value) are close in value
+    well = res.std < 0.1 * np.abs(res.values)
+    assert well.any()
+    rel = np.abs(res.values - case.true_values) / np.abs(case.true_values)
+    assert np.all(rel[well] < 0.2), dict(zip(np.array(res.names)[well], np.round(rel[well], 3)))
