@@ -198,7 +198,11 @@ def identify(
     method = "cholesky"  # once an indefinite pivot made it fall back to QR, QR it is
     problem = st = None
     work = {}  # the elimination's buffers, shared by the stages
-    for kd, free, final in _schedule(settings):
+    plan = list(_schedule(settings))
+    loose_end = None   # (Xs, theta) at the end of the last loose stage
+    retried = False
+    while plan:
+        kd, free, final = plan.pop(0)
         # a loose stage loosens the constraint rows by the same factor: the ratio of the
         # constraint to the dynamics weights (the system's conditioning) stays the final one
         st_k = dataclasses.replace(settings, dynamics=kd,
@@ -209,7 +213,7 @@ def identify(
         if Xs is None:
             Xs = [_pack(problem, r.dt, *s) for r, s in zip(recs, starts)]
         # the previous stage's last linearization, its rows reweighted, starts this stage
-        initial = (None if previous is None or st.system is None
+        initial = (None if previous is None or st is None or st.system is None
                    else problem.reweighted(st.system, previous))
         Xs, theta, st, info = optimize_joint(
             problem, Xs, theta, max_iterations=settings.max_iterations, initial=initial,
@@ -227,6 +231,15 @@ def identify(
                        "converged": st.converged, "final_error": st.final_error,
                        "seconds": st.seconds, "elimination": st.elimination})
         reason, converged = st.reason, st.converged
+        if not final:
+            loose_end = ([X.copy() for X in Xs], theta.copy())
+        elif not converged and loose_end is not None and free and not retried:
+            # the final stage did not converge from the loose stage's states, which the tight
+            # dynamics contradict (a generated shaper, even from the true parameters): back to
+            # them, the states alone at the final dynamics (theta held), then the joint stage
+            Xs, theta = loose_end
+            problem, st, retried = None, None, True
+            plan = [(kd, False, False), (kd, True, True)]
     prior_info = problem.prior_information()
     cov_theta = np.linalg.inv(info)
     cov_theta = 0.5 * (cov_theta + cov_theta.T)
