@@ -10,9 +10,11 @@ import pytest
 import mbfg
 from mbfg.testing import random_identification_case
 
-CASES = [("crank-rocker", 12, 0.01, 0.001), ("oscillating-cylinder", 21, 2.0, 50.0)]
+CASES = [("crank-rocker", 12, 0.01, 0.001), ("oscillating-cylinder", 21, 2.0, 50.0),
+         ("shaper", 21, 0.01, 0.001)]
 """(family, seed, length [m], mass [kg]): the crank-rocker's crank starts along -x, where its
-marker's y alone has two roots (the initial states once followed the wrong one)."""
+marker's y alone has two roots (the initial states once followed the wrong one); the shaper's
+final stage stalls from the loose stage's states and converges after the states-only retry."""
 
 
 @pytest.mark.parametrize("family, seed, length, mass", CASES)
@@ -20,6 +22,8 @@ def test_identification_of_a_generated_mechanism(family, seed, length, mass):
     case = random_identification_case(family, seed, length=length, mass=mass, steps=1500)
     res = mbfg.identify(case.guess, case.sensors, [case.recording], list(case.names))
     assert res.converged, res.stats["reason"]
+    if family == "shaper":   # the final stage, the states alone, the final stage again
+        assert [st["parameters"] for st in res.stats["stages"]] == [True, True, False, True]
     # the fit is consistent with the sensors' noise: about one per reading
     assert 0.8 < res.costs[0] < 1.25, res.costs
     # honest intervals: every parameter within 4 standard deviations of the truth (the
