@@ -35,3 +35,16 @@ def test_identification_of_a_generated_mechanism(family, seed, length, mass):
     assert well.any()
     rel = np.abs(res.values - case.true_values) / np.abs(case.true_values)
     assert np.all(rel[well] < 0.2), dict(zip(np.array(res.names)[well], np.round(rel[well], 3)))
+
+
+def test_a_fit_the_noise_does_not_explain_is_reported():
+    """A cost per reading above 1 + 5 sqrt(2 / n) warns (a consistent fit is about chi^2(n) /
+    n); one within it does not."""
+    import warnings
+
+    from mbfg.drivers.identification import _warn_inconsistent_fit
+    with pytest.warns(RuntimeWarning, match="recording 1 fits at a cost of 1.08"):
+        _warn_inconsistent_fit([1.0, 1.08], [36000.0, 36000.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_inconsistent_fit([1.03], [36000.0])
