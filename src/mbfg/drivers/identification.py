@@ -119,6 +119,13 @@ def _cost(problem, r, X, theta, system=None):
     return float(np.sum(c["observations"] + c["dynamics"] + c["constraints"])) / n, c
 
 
+STALL_ITERATIONS = 8
+STALL_FACTOR = 100.0
+"""A final stage whose error is still above STALL_FACTOR times the loose stage's after
+STALL_ITERATIONS iterations is given up for the states-only retry (:func:`identify`): the two
+stages' errors are of the same size at their optima (both about the readings' count), and the
+benchmark's final stage converges in at most 5 iterations."""
+
 CONSISTENCY_SIGMAS = 5.0
 """A recording's cost per reading above 1 + CONSISTENCY_SIGMAS sqrt(2 / n) (n its readings:
 the cost of a consistent fit is about chi^2(n) / n) is reported as a fit the noise model does
@@ -236,9 +243,13 @@ def identify(
         # the previous stage's last linearization, its rows reweighted, starts this stage
         initial = (None if previous is None or st is None or st.system is None
                    else problem.reweighted(st.system, previous))
+        # a final stage that can still fall back on the states-only retry gives up early when
+        # it stalls far above the loose stage's error
+        stall = ((STALL_ITERATIONS, STALL_FACTOR * loose_end[2])
+                 if final and free and loose_end is not None and not retried else None)
         Xs, theta, st, info = optimize_joint(
             problem, Xs, theta, max_iterations=settings.max_iterations, initial=initial,
-            work=work,
+            work=work, stall=stall,
             relative_tolerance=(settings.relative_tolerance if final
                                 else settings.stage_tolerance),
             information=final, method=method,
@@ -253,12 +264,12 @@ def identify(
                        "seconds": st.seconds, "elimination": st.elimination})
         reason, converged = st.reason, st.converged
         if not final:
-            loose_end = ([X.copy() for X in Xs], theta.copy())
+            loose_end = ([X.copy() for X in Xs], theta.copy(), st.final_error)
         elif not converged and loose_end is not None and free and not retried:
             # the final stage did not converge from the loose stage's states, which the tight
             # dynamics contradict (a generated shaper, even from the true parameters): back to
             # them, the states alone at the final dynamics (theta held), then the joint stage
-            Xs, theta = loose_end
+            Xs, theta, _ = loose_end
             problem, st, retried = None, None, True
             plan = [(kd, False, False), (kd, True, True)]
     prior_info = problem.prior_information()

@@ -280,6 +280,7 @@ def optimize_joint(
     information: bool = True,
     initial: tuple | None = None,
     work: dict | None = None,
+    stall: tuple | None = None,
 ) -> tuple:
     """Minimize ``problem.error`` over the step arrays ``Xs`` and ``theta``.
 
@@ -297,9 +298,10 @@ def optimize_joint(
     intermediate stage: saves the elimination at the final point when the last one was
     damped).  ``initial``: ``problem.linear_system(Xs, theta)``'s result when the caller
     already has it; ``work``: a dict for the elimination's buffers and spare systems, which
-    the caller may share between calls on systems of the same size.  Never raises on
-    non-convergence: ``stats.converged`` and ``stats.reason`` say what happened (the caller
-    decides)."""
+    the caller may share between calls on systems of the same size.  ``stall``: ``(k,
+    error)``, stop after k iterations when the best error is still above ``error`` (reason
+    "stalled"; the caller has a better start to try).  Never raises on non-convergence:
+    ``stats.converged`` and ``stats.reason`` say what happened (the caller decides)."""
     t0 = time.perf_counter()
     Xs = [np.array(X, float) for X in Xs]
     theta = np.array(theta, float)
@@ -322,6 +324,10 @@ def optimize_joint(
                 spares.append(s)
 
     while stats.iterations < max_iterations:
+        if stall is not None and stats.iterations >= stall[0] and best[2] > stall[1]:
+            stats.reason = (f"stalled: error {best[2]:.3e} after {stats.iterations} "
+                            f"iterations, above {stall[1]:.3e}")
+            break
         stats.iterations += 1
         try:
             dxs, dtheta, bn_try, method = _solve(lin, lam, problem, method, work)
