@@ -433,6 +433,23 @@ def test_scaled_velocity_projection_does_not_depend_on_units():
     assert np.max(np.abs(out[0.01][1] - out[5.0][1])) > 1e-3
 
 
+def test_a_point_mass_body_keeps_its_zero_central_inertia(setup):
+    """A body whose YAML central inertia is zero (I0 = m |c|^2) with only its mass identified:
+    apply works (the underflow check looks at the chart's exponentials only)."""
+    import dataclasses
+
+    from mbfg.model import build_mechanism
+    mech = setup[0]
+    b = mech.spec.bodies[1]
+    bodies = list(mech.spec.bodies)
+    bodies[1] = dataclasses.replace(b, I0=b.mass * float(np.dot(b.cog, b.cog)))
+    point = build_mechanism(dataclasses.replace(mech.spec, bodies=tuple(bodies)))
+    ps = parameter_set(point, ["planar_bodies[1].mass"], ())
+    for value in (0.0, 0.3):
+        new, _ = ps.apply(np.array([value]))
+        assert np.isclose(new.spec.bodies[1].mass, b.mass * np.exp(value))
+
+
 def test_an_overflowing_chart_point_is_a_floating_point_error(setup):
     """A trial point far outside any physical range (exp overflows or underflows) raises
     FloatingPointError,

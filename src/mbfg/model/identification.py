@@ -285,7 +285,10 @@ class ParameterSet:
                 pi[PER_BODY * b:PER_BODY * (b + 1)] = (m, m * c[0], m * c[1], IG + m * (c @ c))
             coefficients = [None if kind == "body" else self._coefficient(j, theta)[0]
                             for j, (kind, _, _) in enumerate(self._kind)]
-        if not all(m > 0.0 and IG > 0.0 for m, _, IG, *_rest in bodies):
+        # the chart's exponentials only (a body's YAML central inertia may be zero when its
+        # I0 is not identified)
+        if not all(bodies[b][0 if field == "mass" else 2] > 0.0
+                   for kind, b, field in self._kind if kind == "body" and field in ("mass", "I0")):
             raise FloatingPointError("a mass or central inertia of the chart point underflows "
                                      "to zero")
         friction = list(mech.spec.friction)
