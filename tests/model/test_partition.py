@@ -36,7 +36,7 @@ TRAJECTORIES = ["fourbar", "quick-return", "pendulum3", "random-crank-rocker",
 def _reference_best(mech, x, scale):
     """The best set at one state x (n,) and its quality, by LAPACK's QR with column pivoting
     of the transposed null-space basis of that state alone."""
-    N = P._null_basis(mech, x[None], scale)[0]
+    N = P.null_space_bases(mech, x[None], scale)[0]
     d = N.shape[1]
     piv = scipy.linalg.qr(N.T, pivoting=True, mode="r")[1]
     best = tuple(sorted(int(i) for i in piv[:d]))
@@ -63,7 +63,7 @@ def _reference_walk(mech, q, scale, keep, start, best_at):
 def test_best_sets_equal_state_by_state_pivoting(name):
     mech, q, c = _trajectory(name)
     best, quality = P.best_coordinate_sets(mech, q, c)
-    assert best.shape == (q.shape[0], P._null_basis(mech, q[:1], c).shape[2])
+    assert best.shape == (q.shape[0], P.null_space_bases(mech, q[:1], c).shape[2])
     for k in range(0, q.shape[0], 7):
         ref, ref_quality = _reference_best(mech, q[k], c)
         assert tuple(best[k]) == ref
@@ -110,7 +110,7 @@ def test_fixed_coordinates_is_the_best_set_over_the_trajectory(name, sparse, mon
     mech, q, c = _trajectory(name)
     q = q[::10]  # every state is a candidate's state (candidates=256 > states)
     got, quality = P.fixed_coordinates(mech, q, c)
-    worst = {s: float(np.min([np.linalg.svd(P._null_basis(mech, x[None], c)[0][list(s)],
+    worst = {s: float(np.min([np.linalg.svd(P.null_space_bases(mech, x[None], c)[0][list(s)],
                                             compute_uv=False)[-1] for x in q]))
              for s in itertools.combinations(range(mech.n), mech.dof)}
     rtol = 1e-6 if sparse else 1e-9

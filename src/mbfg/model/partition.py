@@ -28,13 +28,9 @@ def null_space_bases(mech: Mechanism, q: ArrayLike, scale: np.ndarray) -> np.nda
     """Orthonormal bases (T, n, d) of the null space of Phi_q diag(scale) at the states q
     (T, n), on the independent constraint rows: the tangent directions of the constraint
     manifold in the coordinates' scales (dense SVD)."""
-    return _null_basis(mech, np.asarray(q, float), np.asarray(scale, float))
-
-
-def _null_basis(mech, q, scale):
-    """Orthonormal null-space bases (T, n, d) of Phi_q diag(scale) on the independent rows."""
+    q = np.asarray(q, float)
     Jall = C.constraint_jacobian(mech, q)
-    J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1) * scale
+    J = C.take_rows(Jall, C.independent_rows(mech, q, Jall), 1) * np.asarray(scale, float)
     _, _, Vt = np.linalg.svd(J, full_matrices=True)
     r = J.shape[-2]
     return np.swapaxes(Vt[..., r:, :], -1, -2)
@@ -58,7 +54,7 @@ def coordinate_quality(
         flat = q.reshape(-1, mech.n)
         return np.array([_sparse_quality(mech, x, indices, scale)
                          for x in flat]).reshape(q.shape[:-1])
-    N = _null_basis(mech, q.reshape(-1, mech.n), scale)[:, list(indices), :]
+    N = null_space_bases(mech, q.reshape(-1, mech.n), scale)[:, list(indices), :]
     return _smallest_singular(N).reshape(q.shape[:-1])
 
 
@@ -217,7 +213,7 @@ def best_coordinate_sets(
         best = np.array([s for s, _ in found], int).reshape(len(found), d)
         quality = np.array([v for _, v in found], float)
     else:
-        best, quality = _best_of_bases(_null_basis(mech, flat, scale))
+        best, quality = _best_of_bases(null_space_bases(mech, flat, scale))
     return best.reshape(q.shape[:-1] + best.shape[-1:]), quality.reshape(q.shape[:-1])
 
 
@@ -274,7 +270,7 @@ def fixed_coordinates(
         def worst(s):
             return float(np.min(coordinate_quality(mech, states, s, scale)))
     else:
-        N = _null_basis(mech, q, scale)
+        N = null_space_bases(mech, q, scale)
         sets, _ = _best_of_bases(N[picks])
 
         def worst(s):
@@ -327,7 +323,7 @@ def partition_along(
             return best_coordinate_sets(mech, q[states], scale)
     else:
         chunk = max(T, 1)  # every flagged state of the current set in one batch
-        N = _null_basis(mech, q, scale)  # (T, n, d)
+        N = null_space_bases(mech, q, scale)  # (T, n, d)
 
         def quality_from(s, k):
             return _smallest_singular(N[k:, list(s), :])
