@@ -297,10 +297,11 @@ def test_parameter_information_is_the_marginal_of_theta(setup, rule):
     d_q, t_q, info_q = _solve_qr(system, 0.0, pb)
     for info_m in (info_c, info_q):
         np.testing.assert_allclose(info_m, schur, rtol=1e-6, atol=1e-6 * np.abs(schur).max())
-    # (the normal equations square the conditioning: agreement to 1e-4 of the step; the
-    # jerk of the random accelerations is the worst, 3e-5)
-    np.testing.assert_allclose(t_c, t_q, rtol=1e-4, atol=1e-7 * np.abs(t_q).max())
-    np.testing.assert_allclose(d_c[0], d_q[0], rtol=1e-4, atol=1e-7 * np.abs(d_q[0]).max())
+    # (the normal equations square the conditioning, 5e8 here: agreement to 1e-4 of the
+    # step, normwise; elementwise, the small jerks of the random accelerations differ by up
+    # to 1.3e-4 of their own size on one CPU's BLAS kernels and 3e-5 on another's)
+    for c_, q_ in ((t_c, t_q), (d_c[0], d_q[0])):
+        assert np.max(np.abs(c_ - q_)) <= 1e-4 * np.max(np.abs(q_))
 
 
 def test_initial_states_follow_the_encoder_on_the_yaml_branch(setup):

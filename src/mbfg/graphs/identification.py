@@ -454,7 +454,7 @@ class IdentificationProblem:
             self.grids.append(readings_on_grid(params.sensors, list(rec.readings), N))
         self._cache = (None, None)
         self._payload = {}
-        self._scratch = {}  # per row family and block size: its rows, assembled (``_rows``)
+        self._scratch = {}  # per block shape: the block's rows, assembled (``_rows``)
         # within a step, q_i, v_i, a_i (and the jerk, if carried) of each coordinate
         # together: the integrators link only equal coordinates of consecutive steps, so in
         # this order the system's band (steps in time order) is about d wide instead of 2 d
@@ -544,22 +544,24 @@ class IdentificationProblem:
         cuts = np.cumsum([0] + sizes)
         nc = len(self._constraint_families)
 
+        # the block's rows are assembled in a small array of their own (slots a family does
+        # not write stay zero: a family writes the same slots every time) and copied into A_x
+        # as one contiguous run: written slot by slot straight into the large A_x, every
+        # write would stream the block's rows through the cache
+        block = None
+        if jacobians:
+            key = (N, cuts[-1], lay.dim)
+            block = self._scratch.get(key)
+            if block is None:
+                block = self._scratch[key] = np.zeros(key)
+
         def put(i, ei, J, sigma, Jt=None):
             wgt = 1.0 / np.broadcast_to(np.asarray(sigma, float), (sizes[i],))
             rs = slice(cuts[i], cuts[i + 1])
             np.multiply(ei, wgt, out=e[:, rs])
             if jacobians:
-                # the family's rows are assembled in a small array of their own (its other
-                # slots stay zero: a family writes the same slots every time), then copied
-                # as one contiguous run per step: slot by slot straight into the large A_x,
-                # every write would stream all of this block's rows through the cache
-                key = (i, N, sizes[i])
-                rows = self._scratch.get(key)
-                if rows is None:
-                    rows = self._scratch[key] = np.zeros((N, sizes[i], lay.dim))
                 for slot, Js in J.items():
-                    np.multiply(Js, wgt[:, None], out=rows[:, :, lay.slice(slot)])
-                Ax[:, rs] = rows
+                    np.multiply(Js, wgt[:, None], out=block[:, rs, lay.slice(slot)])
                 if Jt is not None:
                     np.multiply(Jt, wgt[:, None],
                                 out=At[:, cuts[i] - cuts[nc]:cuts[i + 1] - cuts[nc]])
@@ -589,6 +591,8 @@ class IdentificationProblem:
                 if self.p and deriv.bias[i].any():
                     Jt = mask[:, :, None] * deriv.bias[i][None, None, :]
             put(nc + 1 + i, ei, J, sensor.sigma, Jt)
+        if jacobians:
+            Ax[...] = block
 
     # ------------------------------------------------------------------ cost and system
     def prior_error(self, theta: ArrayLike) -> float:

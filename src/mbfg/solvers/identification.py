@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING
 
 import gtsam
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 from scipy.linalg.blas import dsyrk
-from scipy.linalg.lapack import dpbtrf, dtbtrs
+from scipy.linalg.lapack import dpbtrf, dtbtrs, dtrtrs
 
 from mbfg.solvers.batch import SolverStats, read_delta
 
@@ -85,10 +86,10 @@ def _buffer(work: dict | None, name: str, shape: tuple) -> np.ndarray:
     return buf
 
 
-CHUNK = 512
-"""Steps whose band columns :func:`_factor_chain` builds together (a performance setting: the
-chunk's permuted blocks, step blocks and band columns stay in cache; results do not depend on
-it)."""
+CHUNK = 256
+"""Steps that :func:`_factor_chain` builds, factors and forward-solves together (a performance
+setting: the chunk's band columns, border and factor stay in cache from their assembly to
+their solves; results do not depend on it beyond rounding)."""
 
 
 def _permutation(order: np.ndarray) -> np.ndarray:
@@ -101,14 +102,73 @@ def _permutation(order: np.ndarray) -> np.ndarray:
     return P
 
 
-def _factor_chain(c, lam: float, p: int, work: dict | None = None):
-    """Banded Cholesky of one chain's step block (its diagonal times 1 + ``lam``) and its
-    forward solves.
+def _spans(N: int, d: int, kd: int) -> list:
+    """The chunks of steps (k0, k1), ``CHUNK`` steps each; a last chunk too short to hold the
+    kd rows a chunk's factor couples to the next one's is merged into the one before."""
+    size = max(CHUNK, -(-(kd + 1) // d))
+    cuts = list(range(0, N, size)) + [N]
+    if len(cuts) > 2 and (cuts[-1] - cuts[-2]) * d <= kd:
+        del cuts[-2]
+    return list(zip(cuts[:-1], cuts[1:]))
 
-    Returns ``(L, kd, W, y, Htt, gt)``: the factor (LAPACK band storage), W = L^-1 H_st
-    (n, p), y = L^-1 g_s (n,), and the chain's own theta block H_tt (p, p) and gradient g_t
-    (p,) (g = -A^T e).  Raises RuntimeError when a pivot is not positive.  ``work``: reusable
-    buffers of this chain (the returned L, W, y live in them until the next call)."""
+
+@dataclass
+class ChainFactor:
+    """One chain's banded Cholesky factor and forward solves (:func:`_factor_chain`).
+
+    ``L``: the factor of the whole chain in LAPACK's lower band storage (kd + 1, n);
+    ``spans``: the chunks' row ranges (a, b) and ``Y``: each chunk's forward solves
+    (b - a, p + 1), the border's W = L^-1 H_st in the first p columns and y = L^-1 g_s in the
+    last; ``S``: the chain's part of theta's Schur complement, H_tt - W^T W (p, p); ``g``: its
+    part of theta's reduced gradient, g_t - W^T y (p,)."""
+    L: np.ndarray
+    kd: int
+    spans: list
+    Y: list
+    S: np.ndarray
+    g: np.ndarray
+
+
+class _Carry:
+    """The coupling of a chunk starting at row ``a`` to the factored chunk before it, for a
+    band of half-bandwidth kd: the factor's coupling block L_C = H_C L_T^-T (H_C = H[a:a+kd,
+    a-kd:a], upper triangular within the band; L_T the previous chunk's last kd x kd block of
+    L) replaces H_C in the band, the chunk's leading block becomes H[a:a+kd, a:a+kd] - L_C
+    L_C^T, and its right-hand sides' first kd rows lose L_C times the previous chunk's last kd
+    solved rows (:meth:`apply`, in place)."""
+
+    def __init__(self, kd: int):
+        self.kd = kd
+        iu, ju = np.triu_indices(kd)
+        il, jl = np.tril_indices(kd)
+        w = kd + 1  # band row length: flat index of abT[a - kd + j, k] in the slab is j w + k
+        self.upper = (iu, ju)
+        self.hc = ju * w + kd + iu - ju       # H[a+i, a-kd+j] (i <= j)
+        self.lower = (il, jl)
+        self.lt = jl * w + il - jl            # L[a-kd+i, a-kd+j] (i >= j), and likewise the
+        self.Hc = np.zeros((kd, kd))          # chunk's own leading block H[a+i, a+j]
+        self.LT = np.zeros((kd, kd))
+
+    def apply(self, abT: np.ndarray, a: int, Y_prev: np.ndarray, Rc: np.ndarray) -> None:
+        kd = self.kd
+        prev = abT[a - kd:a].reshape(-1)      # band columns a-kd .. a-1 (already factored)
+        self.Hc[self.upper] = prev[self.hc]
+        self.LT[self.lower] = prev[self.lt]
+        LCt, info = dtrtrs(self.LT, self.Hc.T, lower=1)   # L_C^T = L_T^-1 H_C^T
+        if info != 0:  # pragma: no cover - L_T's diagonal is the factor's, positive
+            raise RuntimeError(f"the triangular solve failed ({info})")
+        prev[self.hc] = LCt.T[self.upper]
+        cur = abT[a:a + kd].reshape(-1)
+        cur[self.lt] -= (LCt.T @ LCt)[self.lower]
+        Rc[:kd] -= LCt.T @ Y_prev[-kd:]
+
+
+def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFactor:
+    """Banded Cholesky of one chain's step block (its diagonal times 1 + ``lam``) and its
+    forward solves, chunk by chunk (:class:`ChainFactor`; the chunks' factors and solves are
+    those of the whole band: each chunk's leading rows carry the elimination of the one
+    before, :class:`_Carry`).  Raises RuntimeError when a pivot is not positive.  ``work``:
+    reusable buffers of this chain (the returned arrays live in them until the next call)."""
     e = c.e
     N, r, d = c.A_x.shape
     n = N * d
@@ -126,6 +186,7 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None):
         AP = A @ P
         fixed[k] = fixed.get(k, 0.0) + AP.T @ AP
         g[k] -= A.T @ e0
+    g = g @ P
     pair = c.e_pair.size and N > 1
     H0, H1 = (B0.T @ B0, B1.T @ B1) if pair else (None, None)
     if pair:
@@ -133,18 +194,32 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None):
         ci, cj = np.nonzero(Ho)
         cpos, cval = d + ci - cj, Ho[ci, cj]
     # LAPACK's lower band storage ab[i - j, j] = H[i, j], held transposed (C order) so that
-    # abT.T is the Fortran array dpbtrf wants: abT[j, i - j]
+    # abT[a:b].T is the Fortran array dpbtrf wants for rows a..b: abT[j, i - j]
     abT = _buffer(work, "band", (n, kd + 1))
     ab3 = abT.reshape(N, d, kd + 1)
-    R = _buffer(work, "rhs", (p + 1, n))       # the border's p columns and the gradient
-    Rt = R[:p].reshape(p, N, d).transpose(1, 0, 2)              # H_ts (N, p, d)
+    # each chunk's right-hand sides (the border's p columns and the gradient), (b - a, p + 1)
+    # in Fortran order, one after the other
+    Rbuf = _buffer(work, "rhs", ((p + 1) * n,))
     rt = c.A_t.shape[1] if p else 0                             # A_t: the last rt rows
-    Ax = _buffer(work, "Ax", (min(N, CHUNK), r, d))
-    Hd = _buffer(work, "Hd", (min(N, CHUNK), d, d))
-    for k0 in range(0, N, CHUNK):  # the band columns of a chunk of steps at a time
-        k1 = min(N, k0 + CHUNK)
-        m = k1 - k0
-        ax, hd = Ax[:m], Hd[:m]
+    spans = _spans(N, d, kd)
+    longest = max(k1 - k0 for k0, k1 in spans)
+    Ax = _buffer(work, "Ax", (longest, r, d))
+    # each step's block of H and, below it, its coupling to the next step (the same for every
+    # pair) and zeros: E[k, i + j, j] for j < d, i <= kd is the step's band column j, read by
+    # one strided view
+    E = _buffer(work, "E", (longest, 3 * d, d))
+    E[:, d:] = 0.0
+    if pair:
+        E[:, d:2 * d] = Ho
+    st = E.strides
+    beyond = np.add.outer(np.arange(d), np.arange(kd + 1)) >= d  # the next step's entries
+    S = np.zeros((p, p), order="F")
+    gt = np.zeros(p)
+    Ys = []
+    carry = _Carry(kd)
+    for k0, k1 in spans:
+        m, a, b = k1 - k0, k0 * d, k1 * d
+        ax, hd = Ax[:m], E[:m, :d]
         np.matmul(c.A_x[k0:k1].reshape(-1, d), P, out=ax.reshape(-1, d))
         np.matmul(ax.transpose(0, 2, 1), ax, out=hd)
         if pair:
@@ -153,41 +228,53 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None):
         for k, H in fixed.items():
             if k0 <= k < k1:
                 hd[k - k0] += H
-        if lam > 0.0:  # Marquardt: H_ii (1 + lam), unit-free
-            hd.reshape(m, d * d)[:, ::d + 1] *= 1.0 + lam
         band = ab3[k0:k1]
-        band.fill(0.0)
-        for k in range(d):  # the k-th subdiagonal of the step blocks
-            band[:, :d - k, k] = np.diagonal(hd, offset=-k, axis1=1, axis2=2)
-        if pair:
-            band[:min(k1, N - 1) - k0, cj, cpos] = cval
+        band[...] = as_strided(E, shape=(m, d, kd + 1), strides=(st[0], st[1] + st[2], st[1]))
+        if k1 == N:  # the last step couples to no next one
+            band[-1][beyond] = 0.0
+        if lam > 0.0:  # Marquardt: H_ii (1 + lam), unit-free
+            band[:, :, 0] *= 1.0 + lam
+        Rc = Rbuf[(p + 1) * a:(p + 1) * b].reshape(p + 1, b - a)
         if p:
-            np.matmul(c.A_t[k0:k1].transpose(0, 2, 1), ax[:, r - rt:], out=Rt[k0:k1])
-    np.matmul(g, P, out=R[p].reshape(N, d))
-    L, info = dpbtrf(abT.T, lower=1, overwrite_ab=1)
-    if info != 0:
-        raise RuntimeError(f"the Cholesky factorization met a non-positive pivot ({info})")
-    # forward solves of the border's p columns and the gradient at once (Fortran order:
-    # R (p + 1, n) in C order is R.T (n, p + 1) in Fortran order)
-    Y, info = dtbtrs(L, R.T, uplo="L", trans="N", overwrite_b=1)
-    if info != 0:  # pragma: no cover - dpbtrf's pivots are positive
-        raise RuntimeError(f"the triangular solve failed ({info})")
-    W, y = Y[:, :p], Y[:, p]
+            np.matmul(c.A_t[k0:k1].transpose(0, 2, 1), ax[:, r - rt:],
+                      out=Rc[:p].reshape(p, m, d).transpose(1, 0, 2))
+        Rc[p] = g[k0:k1].reshape(-1)
+        Rc = Rc.T                                                # (b - a, p + 1), Fortran
+        if a:
+            carry.apply(abT, a, Ys[-1], Rc)
+        L, info = dpbtrf(abT[a:b].T, lower=1, overwrite_ab=1)
+        if info != 0:
+            raise RuntimeError("the Cholesky factorization met a non-positive pivot "
+                               f"({a + info})")
+        if not np.may_share_memory(L, abT):  # pragma: no cover - f2py factors in place
+            abT[a:b] = L.T
+        Y, info = dtbtrs(L, Rc, uplo="L", trans="N", overwrite_b=1)
+        if info != 0:  # pragma: no cover - dpbtrf's pivots are positive
+            raise RuntimeError(f"the triangular solve failed ({info})")
+        Ys.append(Y)
+        if p:
+            W = Y[:, :p]
+            S = dsyrk(1.0, W, beta=1.0, c=S, trans=1, overwrite_c=1)   # upper triangle
+            gt -= W.T @ Y[:, p]
     if p:
+        S = np.triu(S)
+        S = -(S + np.triu(S, 1).T)
         At = c.A_t.reshape(-1, p)
-        Htt, gt = At.T @ At, -(At.T @ e[:, r - c.A_t.shape[1]:].reshape(-1))
-    else:
-        Htt, gt = np.zeros((0, 0)), np.zeros(0)
-    return L, kd, W, y, Htt, gt
+        S += At.T @ At
+        gt -= At.T @ e[:, r - rt:].reshape(-1)
+    return ChainFactor(abT.T, kd, [(k0 * d, k1 * d) for k0, k1 in spans], Ys, S, gt)
 
 
-def _back_chain(c, L, W, y, dtheta):
+def _back_chain(c, f: ChainFactor, dtheta):
     """The steps' delta (N, d) of one chain by back-substitution L^T x = y - W dtheta."""
-    rhs = y - W @ dtheta if dtheta is not None and W.shape[1] else y.copy()
-    x, info = dtbtrs(L, rhs[:, None], uplo="L", trans="T", overwrite_b=1)
+    N, _, d = c.A_x.shape
+    rhs = np.empty(N * d)
+    p = f.Y[0].shape[1] - 1
+    for (a, b), Y in zip(f.spans, f.Y):
+        rhs[a:b] = Y[:, p] - Y[:, :p] @ dtheta if dtheta is not None and p else Y[:, p]
+    x, info = dtbtrs(f.L, rhs[:, None], uplo="L", trans="T", overwrite_b=1)
     if info != 0:  # pragma: no cover
         raise RuntimeError(f"the triangular solve failed ({info})")
-    N, _, d = c.A_x.shape
     out = np.empty((N, d))
     out[:, np.asarray(c.order, int)] = x[:, 0].reshape(N, d)
     return out
@@ -203,24 +290,21 @@ def solve_joint(system: object, lam: float = 0.0, work: dict | None = None) -> t
     parts = [_factor_chain(c, lam, p, None if work is None else work.setdefault(("chain", i), {}))
              for i, c in enumerate(system.chains)]
     if not p:
-        return [_back_chain(c, L, W, y, None) for c, (L, _, W, y, _, _) in
-                zip(system.chains, parts)], None, None
+        return [_back_chain(c, f, None) for c, f in zip(system.chains, parts)], None, None
     S = system.W.T @ system.W
     if lam > 0.0:  # Marquardt, as on the steps
         S += np.diag(lam * system.theta_diagonal())
     gt = -(system.W.T @ system.e_theta)
-    for _, _, W, y, Htt, g in parts:
-        U = np.triu(dsyrk(1.0, W, trans=1))      # W^T W by BLAS syrk: its upper triangle
-        S += Htt - (U + np.triu(U, 1).T)
-        gt += g - W.T @ y
+    for f in parts:
+        S += f.S
+        gt += f.g
     S = 0.5 * (S + S.T)
     try:
         Lc = np.linalg.cholesky(S)
     except np.linalg.LinAlgError:
         raise RuntimeError("theta's marginal information is not positive definite") from None
     dtheta = np.linalg.solve(Lc.T, np.linalg.solve(Lc, gt))
-    dxs = [_back_chain(c, L, W, y, dtheta) for c, (L, _, W, y, _, _) in
-           zip(system.chains, parts)]
+    dxs = [_back_chain(c, f, dtheta) for c, f in zip(system.chains, parts)]
     return dxs, dtheta, S
 
 
