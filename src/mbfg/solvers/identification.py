@@ -189,10 +189,6 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
     g = g @ P
     pair = c.e_pair.size and N > 1
     H0, H1 = (B0.T @ B0, B1.T @ B1) if pair else (None, None)
-    if pair:
-        Ho = B1.T @ B0                                           # H[(k+1) d + i, k d + j]
-        ci, cj = np.nonzero(Ho)
-        cpos, cval = d + ci - cj, Ho[ci, cj]
     # LAPACK's lower band storage ab[i - j, j] = H[i, j], held transposed (C order) so that
     # abT[a:b].T is the Fortran array dpbtrf wants for rows a..b: abT[j, i - j]
     abT = _buffer(work, "band", (n, kd + 1))
@@ -210,7 +206,7 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
     E = _buffer(work, "E", (longest, 3 * d, d))
     E[:, d:] = 0.0
     if pair:
-        E[:, d:2 * d] = Ho
+        E[:, d:2 * d] = B1.T @ B0                                # H[(k+1) d + i, k d + j]
     st = E.strides
     beyond = np.add.outer(np.arange(d), np.arange(kd + 1)) >= d  # the next step's entries
     S = np.zeros((p, p), order="F")
