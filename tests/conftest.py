@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import functools
+import os
 import zlib
 from pathlib import Path
+
+# one BLAS thread per test process: pytest-xdist runs one process per core (pyproject), and
+# BLAS threads on top of them would only contend for the same cores (set before numpy loads)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 import pytest
