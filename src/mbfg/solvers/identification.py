@@ -13,14 +13,15 @@ blocks are the same for every pair, a few linear factors on single steps; and th
 border (the steps' coupling to theta); the chains couple only through theta.  With the steps
 in time order (and each step's components in the order the system gives, where the pair
 blocks couple only nearby components) they form a band matrix H_ss of half-bandwidth b (d + 2
-for the identification graph's steps of dimension d; its columns built ``CHUNK`` steps at a
-time), factored by LAPACK's banded Cholesky
+for the identification graph's steps of dimension d), factored by LAPACK's banded Cholesky
 (``dpbtrf``: the steps eliminated in time order, the same elimination as gtsam's sequential
 Cholesky of the steps, in O(N d b^2)).  The border then gives theta's marginal information,
 the Schur complement S = H_tt - H_ts H_ss^-1 H_st (what gtsam's ``Marginals`` returns for that
-key), by one banded triangular solve of its p columns (``dtbtrs``); numpy solves theta's small
-dense system and the back-substitution gives every step.  Each solve costs O(N d b (b + p)),
-linear in the number of steps, and nothing per factor is done in Python.
+key), by banded triangular solves of its p columns (``dtbtrs``); numpy solves theta's small
+dense system and the back-substitution gives every step.  The band is assembled, factored and
+forward-solved ``CHUNK`` steps at a time while the chunk is in cache, each chunk's leading
+rows carrying the elimination of the one before (:class:`_Carry`).  Each solve costs
+O(N d b (b + p)), linear in the number of steps, and nothing per factor is done in Python.
 
 Should the Cholesky meet a pivot that is not positive (a singular or badly conditioned system),
 sequential QR of the whole system as a gtsam graph (theta last; its last conditional's R^T R
