@@ -336,6 +336,9 @@ def cross_validate(
     a dict with its ``names`` and chart ``theta``; without one at ``model``'s own), with the
     same noise model as the identification, and report the residual per step.
 
+    The states are solved by the identification's continuation (``settings.continuation``'s
+    loose dynamics first, then ``settings.dynamics``), the parameters held.
+
     Returns a :class:`~mbfg.results.ValidationResult`; its ``cost`` (squared whitened residuals
     per reading) is comparable with the training ``result.costs``."""
     t0 = time.perf_counter()
@@ -356,17 +359,33 @@ def cross_validate(
     rec = as_recording(recording, len(model.spec.motors))
     start = _start(fixed, rec, settings)
     motion = motion_scales(fixed.mech, [start], [rec.dt])
-    problem = IdentificationProblem(fixed, [rec], settings, [(start[0][0], start[1][0])],
-                                    motion, free=False,
-                                    jerk_coordinates=jerk_coordinates(fixed.mech, [start[0]]))
+    first = [(start[0][0], start[1][0])]
+    jerk = jerk_coordinates(fixed.mech, [start[0]])
     zero = np.zeros(fixed.size)
-    Xs, _, st, _ = optimize_joint(problem, [_pack(problem, rec.dt, *start)], zero,
-                                  max_iterations=settings.max_iterations,
-                                  relative_tolerance=settings.relative_tolerance,
-                                  progress=progress)
+    # the identification's continuation (its stages' dynamics sigmas, the states alone): the
+    # tight problem's basin is small, and the initial states come from filtered readings
+    sigmas = list(dict.fromkeys(kd for kd, _, _ in _schedule(settings)))
+    Xs, problem, st, iterations = None, None, None, 0
+    for kd in sigmas:
+        final = kd == sigmas[-1]
+        st_k = dataclasses.replace(settings, dynamics=kd,
+                                   constraints=settings.constraints * kd / settings.dynamics)
+        previous = problem
+        problem = IdentificationProblem(fixed, [rec], st_k, first, motion, free=False,
+                                        jerk_coordinates=jerk)
+        if Xs is None:
+            Xs = [_pack(problem, rec.dt, *start)]
+        initial = None if previous is None else problem.reweighted(st.system, previous)
+        Xs, _, st, _ = optimize_joint(
+            problem, Xs, zero, max_iterations=settings.max_iterations, initial=initial,
+            relative_tolerance=(settings.relative_tolerance if final
+                                else settings.stage_tolerance),
+            progress=None if progress is None else
+            (lambda i, n, note, done=iterations: progress(done + i, done + n, note)))
+        iterations += st.iterations
     cost, c = _cost(problem, 0, Xs[0], zero, st.system)
     seconds = time.perf_counter() - t0
-    stats = Stats.of("cross-validate", seconds, rec.n_steps, st.iterations, st.converged,
+    stats = Stats.of("cross-validate", seconds, rec.n_steps, iterations, st.converged,
                      final_error=st.final_error, reason=st.reason)
     return ValidationResult(np.arange(rec.n_steps) * rec.dt, c["observations"], c["dynamics"],
                             c["readings"], cost, _states(problem, Xs[0], rec, "cross-validate"),

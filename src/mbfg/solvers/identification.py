@@ -370,7 +370,7 @@ def optimize_joint(
     p = 0).  An undamped step that raises the cost is still taken up to ``watchdog`` times in
     a row (tight constraint rows make long steps leave the manifold to second order and the
     next step returns); if that does not reach a new best point, the best point is restored
-    and damping used from there.  A trial point is linearized at once, so an accepted step's
+    and damping used from there on (``initial_lambda`` at least).  A trial point is linearized at once, so an accepted step's
     system is built once.  ``method``: ``"cholesky"`` (banded Cholesky of the steps, theta's
     small dense system by numpy, see :func:`solve_joint`; a non-positive pivot falls back to
     QR, which then serves the rest of the call; ``stats.elimination`` says which one solved
@@ -393,6 +393,7 @@ def optimize_joint(
     bn = None  # theta's information of the last undamped solve at the best point
     best = (Xs, theta, err, lin)
     trial = 0  # consecutive undamped steps taken although they raised the cost
+    floor = 0.0  # the damping after a success: initial_lambda once the watchdog has failed
     work = {} if work is None else work  # the elimination's buffers, reused by every solve
     # systems no longer referenced (also those the caller's earlier calls left in ``work``):
     # their arrays hold the next linearization
@@ -415,12 +416,12 @@ def optimize_joint(
             predicted = float(lin.error(dxs, dtheta))
         except RuntimeError:  # indeterminant system: damp
             predicted = np.inf
-        if (lam == 0.0 and trial == 0 and np.isfinite(predicted)
+        if (lam <= floor and trial == 0 and np.isfinite(predicted)
                 and err - predicted <= relative_tolerance * err):
             if progress is not None:
                 progress(stats.iterations, max_iterations, f"cost {best[2]:.6e}")
             stats.converged, stats.reason = True, "the Gauss-Newton model predicts no decrease"
-            bn = bn_try
+            bn = bn_try if lam == 0.0 else None  # (damped: the information is solved below)
             break
         new_err, lin_new = np.inf, None
         if np.isfinite(predicted):
@@ -439,7 +440,7 @@ def optimize_joint(
             old = (lin, best[3])
             Xs, theta, err, lin = Ys, th, new_err, lin_new
             stats.history.append(err)
-            lam = 0.0 if lam <= initial_lambda else lam / 10.0
+            lam = floor if lam <= initial_lambda else max(lam / 10.0, floor)
             trial = 0
             best = (Xs, theta, err, lin)
             recycle(*old)
@@ -460,7 +461,10 @@ def optimize_joint(
             Xs, theta, err, lin = best
             recycle(old, lin_new)
             trial = 0
-            lam = initial_lambda
+            # and damped from here on: the undamped model has proved unreliable at this point
+            # (a nearly flat direction whose long Gauss-Newton step the cost punishes; undamped
+            # again after each success, the watchdog cost three iterations per step)
+            lam = floor = initial_lambda
             continue
         recycle(lin_new)
         lam = initial_lambda if lam == 0.0 else lam * 10.0
