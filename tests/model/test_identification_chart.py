@@ -410,10 +410,11 @@ def test_fit_positions_is_the_constrained_least_squares_match():
 
 
 def test_scaled_velocity_projection_does_not_depend_on_units():
-    """project_velocities_batch with the coordinate scales: the same mechanism in mm and in
-    m (a relative angle among its coordinates) gives the same projected rates in units of
-    the scales; the plain minimum-norm projection mixes m/s with rad/s and does not (it
-    made the identification's initial rates, and so its iterations, depend on the units)."""
+    """project_velocities_batch with the coordinate scales (its default): the same
+    mechanism in mm and in m (a relative angle among its coordinates) gives the same
+    projected rates in units of the scales; the plain minimum-norm projection (unit scales)
+    mixes m/s with rad/s and does not (it made the identification's initial rates, and so
+    its iterations, depend on the units)."""
     from mbfg.model.kinematics import project_velocities_batch
     from mbfg.model.scales import coordinate_scales, mechanism_scales
     from mbfg.testing import random_mechanism
@@ -429,7 +430,7 @@ def test_scaled_velocity_projection_does_not_depend_on_units():
         from mbfg.model.constraints import constraint_jacobian
         assert np.max(np.abs(np.einsum("kmn,kn->km", constraint_jacobian(mech, q), scaled))
                       / mechanism_scales(mech).constraints) < 1e-9
-        out[L] = (scaled / s, project_velocities_batch(mech, q, v) / s)
+        out[L] = (scaled / s, project_velocities_batch(mech, q, v, np.ones(mech.n)) / s)
     np.testing.assert_allclose(out[0.01][0], out[5.0][0], atol=1e-9)
     assert np.max(np.abs(out[0.01][1] - out[5.0][1])) > 1e-3
 

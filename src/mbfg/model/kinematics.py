@@ -60,8 +60,10 @@ def solve_position(
 ) -> np.ndarray:
     """Solve the position problem Phi(q) = 0 (optionally with q[fixed_indices] = fixed_values).
 
-    Gauss-Newton with minimum-norm least-squares steps (SVD), which keeps the solution on the
-    assembly branch nearest the guess.
+    Gauss-Newton with minimum-norm least-squares steps (SVD; the norm in units of the
+    coordinates' scales, :func:`mbfg.model.scales.coordinate_scales`, so that the solution
+    does not depend on the mechanism's units), which keeps the solution on the assembly
+    branch nearest the guess.
 
     Parameters
     ----------
@@ -85,6 +87,7 @@ def solve_position(
     if idx.size:
         q[idx] = np.asarray(fixed_values, dtype=float)
     free = np.setdiff1d(np.arange(mech.n), idx)
+    s_free = coordinate_scales(mech)[free]
     with np.errstate(all="ignore"):
         scale = constraint_scales(mech, q)
     best = np.inf
@@ -99,7 +102,7 @@ def solve_position(
         if it == max_iter:
             break
         J = C.constraint_jacobian(mech, q)[:, free]
-        step = np.linalg.lstsq(J, -phi, rcond=None)[0]
+        step = np.linalg.lstsq(J * s_free, -phi, rcond=None)[0] * s_free
         q[free] += step
     raise ConvergenceError("position problem did not converge", residual=best, iterations=it)
 
@@ -412,7 +415,9 @@ def solve_positions_batch(
     coordinates, the inverse-dynamics continuation and the projection of initial guesses all
     call it.  Each iteration takes the minimum-norm step on the free coordinates (those not in
     ``fixed_indices``) for the independent constraint rows, so every state stays on the
-    assembly branch of its guess.
+    assembly branch of its guess.  The norm is that of the step in units of the coordinates'
+    scales (:func:`mbfg.model.scales.coordinate_scales`: lengths against angles), so that the
+    configuration a projection reaches does not depend on the mechanism's units.
 
     Parameters
     ----------
@@ -439,6 +444,7 @@ def solve_positions_batch(
     if idx.size:
         q[:, idx] = np.broadcast_to(np.asarray(fixed_values, float), (q.shape[0], idx.size))
     free = np.setdiff1d(np.arange(mech.n), idx)
+    s_free = coordinate_scales(mech)[free]
     with np.errstate(all="ignore"):
         scale = constraint_scales(mech, q)
     active = np.ones(q.shape[0], bool)
@@ -463,7 +469,7 @@ def solve_positions_batch(
             J = J if free.size == mech.n else J.columns(free)
         else:
             J = J[keep][..., free]
-        step = _minimum_norm_step(J, -phi[keep])
+        step = _minimum_norm_step(_scaled_columns(J, s_free), -phi[keep]) * s_free
         q[ai[:, None], free[None, :]] += step
     return q, ok
 
@@ -529,6 +535,14 @@ def fit_positions_batch(
     return q, ok & done
 
 
+def _scaled_columns(J, s: np.ndarray):
+    """J diag(s) for a batch of Jacobians (T, r, f) or a StackedSparse one: the Jacobian
+    with respect to the coordinates in units of their scales s (f,)."""
+    if isinstance(J, StackedSparse):
+        return StackedSparse(J.values * s[J.pattern.cols], J.pattern)
+    return J * s
+
+
 def _minimum_norm_step(J, rhs):
     """Minimum-norm solutions of J x = rhs for a batch (T, r, f), (T, r): a direct solve when
     square, J^T (J J^T)^-1 rhs when wide (for large systems the same x by
@@ -551,18 +565,15 @@ def project_velocities_batch(mech: Mechanism, q: ArrayLike, v: ArrayLike,
                              scale: ArrayLike | None = None) -> np.ndarray:
     """Vectorized minimum-norm projection of velocities (T, n) onto Phi_q v = 0.
 
-    ``scale`` (n,): the norm is that of v / scale (each coordinate in its own scale,
-    :func:`mbfg.model.scales.coordinate_scales`), so that the projection does not depend on
-    the units of lengths against angles; default 1 (the plain norm)."""
+    ``scale`` (n,): the norm is that of v / scale; default each coordinate's own scale
+    (:func:`mbfg.model.scales.coordinate_scales`), so that the projection does not depend on
+    the units of lengths against angles."""
     q = np.asarray(q, float)
     v = np.asarray(v, float)
     _, J = C.solve_jacobian(mech, q)
-    s = np.ones(mech.n) if scale is None else np.asarray(scale, float)
+    s = coordinate_scales(mech) if scale is None else np.asarray(scale, float)
     v = v / s                                  # in the scaled coordinates u = v / s:
-    if isinstance(J, StackedSparse):           # Phi_q diag(s) u = 0
-        J = StackedSparse(J.values * s[J.pattern.cols], J.pattern)
-    else:
-        J = J * s
+    J = _scaled_columns(J, s)                  # Phi_q diag(s) u = 0
     if isinstance(J, StackedSparse) or uses_sparse(mech.n, J.shape[-2]):
         # the minimum-norm correction, by the sparse saddle-point solve (flattened states)
         v2 = np.broadcast_to(v, q.shape).reshape(-1, mech.n)
@@ -614,23 +625,27 @@ class StateProjection:
         return q
 
     def _minimum_norm(self, J, rhs):
-        """J^T (J J^T)^-1 rhs (:func:`_minimum_norm_step` for one state)."""
+        """The step x with J x = rhs of least norm in units of the coordinates' scales c:
+        c * Jc^T (Jc Jc^T)^-1 rhs, Jc = J diag(c) (:func:`_minimum_norm_step` for one
+        state)."""
+        Jc = J * self._c
         if J.shape[0] < J.shape[1]:
-            _, _, y, info = self._gesv(J @ J.T, rhs)
+            _, _, y, info = self._gesv(Jc @ Jc.T, rhs)
             if info == 0:
-                return J.T @ y
-        return _minimum_norm_step(J[None], rhs[None])[0]
+                return (Jc.T @ y) * self._c
+        return _minimum_norm_step(Jc[None], rhs[None])[0] * self._c
 
     def velocities(self, q: ArrayLike, v: ArrayLike) -> np.ndarray:
-        """The minimum-norm projection of v (n,) onto Phi_q(q) v = 0."""
+        """The minimum-norm projection of v (n,) onto Phi_q(q) v = 0 (the norm in units of
+        the coordinates' scales, as :func:`project_velocities_batch`)."""
         v = np.asarray(v, float)
         if self.general:
             return project_velocities_batch(self.mech, np.asarray(q)[None], v[None])[0]
-        J = self.constraints.jacobian(np.asarray(q, float))
-        _, _, y, info = self._gesv(J @ J.T, J @ v)
+        Jc = self.constraints.jacobian(np.asarray(q, float)) * self._c
+        _, _, y, info = self._gesv(Jc @ Jc.T, Jc @ (v / self._c))
         if info:
             raise np.linalg.LinAlgError("Singular matrix")
-        return v - J.T @ y
+        return v - (Jc.T @ y) * self._c
 
 
 __all__ = [
