@@ -660,8 +660,8 @@ def dynamics_rows(mech: Mechanism, q: ArrayLike, qd: ArrayLike, Q: ArrayLike | N
                   Jdot: ArrayLike | None = None) -> DynamicsRows:
     """qddot(q, qdot, Q) and its exact Jacobians d/dq, d/dqdot, d/dQ for states (T, n): the
     equations and derivatives of :func:`mbfg.model.dynamics.forward_dynamics_jacobians`
-    (without Baumgarte terms) with one batched inverse of the KKT matrix K instead of two
-    solves, since every derivative is K^-1 times a right-hand side:
+    (without Baumgarte terms) with one batched solve of the KKT matrix K for the state and
+    K^-1's first n rows, since every derivative is K^-1 times a right-hand side:
 
         [qddot; lambda] = K^-1 [Q_g + Q + Q_f; c],
         d qddot/dx = (K^-1)[:n] (d rhs/dx - dK/dx [qddot; lambda]).
@@ -684,13 +684,16 @@ def dynamics_rows(mech: Mechanism, q: ArrayLike, qd: ArrayLike, Q: ArrayLike | N
     K[:, :n, :n] = mech.mass_matrix()
     K[:, :n, n:] = Jr.transpose(0, 2, 1)
     K[:, n:, :n] = Jr
-    Ki = np.linalg.inv(K)
-    rhs = np.empty((T, n + mr))
-    rhs[:, :n] = mech.gravity_forces() + friction.Q
+    # one batched solve for [qddot; lambda] and K^-1's first n columns, which (K symmetric)
+    # are its first n rows transposed: the rows every derivative needs
+    B = np.zeros((T, n + mr, n + 1))
+    B[:, :n, :n] = np.eye(n)
+    B[:, :n, n] = mech.gravity_forces() + friction.Q
     if Q is not None:
-        rhs[:, :n] += Q
-    rhs[:, n:] = -np.matmul(Jdot_r, qd[:, :, None])[:, :, 0]          # c = -Jdot qdot
-    sol = np.matmul(Ki, rhs[:, :, None])[:, :, 0]
+        B[:, :n, n] += Q
+    B[:, n:, n] = -np.matmul(Jdot_r, qd[:, :, None])[:, :, 0]        # c = -Jdot qdot
+    Z = np.linalg.solve(K, B)
+    sol = Z[:, :, n]
     qdd = sol[:, :n]
     lam = np.zeros((T, mech.m))
     np.put_along_axis(lam, np.broadcast_to(rows, (T, mr)), sol[:, n:], axis=-1)
@@ -700,7 +703,7 @@ def dynamics_rows(mech: Mechanism, q: ArrayLike, qd: ArrayLike, Q: ArrayLike | N
                                 rows, 1)
     R[:, :n, n:] = friction.d_qd
     R[:, n:, n:] = -2.0 * Jdot_r
-    top = Ki[:, :n, :]
+    top = Z[:, :, :n].transpose(0, 2, 1)                            # (K^-1)[:n]
     X = np.matmul(top, R)
     return DynamicsRows(qdd=qdd, d_q=X[:, :, :n], d_qd=X[:, :, n:], d_Q=top[:, :, :n])
 
