@@ -190,6 +190,7 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
     g = g @ P
     pair = c.e_pair.size and N > 1
     H0, H1 = (B0.T @ B0, B1.T @ B1) if pair else (None, None)
+    H01 = H0 + H1 if pair else None
     # LAPACK's lower band storage ab[i - j, j] = H[i, j], held transposed (C order) so that
     # abT[a:b].T is the Fortran array dpbtrf wants for rows a..b: abT[j, i - j]
     abT = _buffer(work, "band", (n, kd + 1))
@@ -219,9 +220,13 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
         ax, hd = Ax[:m], E[:m, :d]
         np.matmul(c.A_x[k0:k1].reshape(-1, d), P, out=ax.reshape(-1, d))
         np.matmul(ax.transpose(0, 2, 1), ax, out=hd)
-        if pair:
-            hd[:min(k1, N - 1) - k0] += H0
-            hd[max(k0, 1) - k0:] += H1
+        if pair:  # H0 on every step but the last, H1 on every step but the first
+            lo, hi = int(k0 == 0), m - int(k1 == N)
+            hd[lo:hi] += H01
+            if lo:
+                hd[0] += H0
+            if hi < m:
+                hd[m - 1] += H1
         for k, H in fixed.items():
             if k0 <= k < k1:
                 hd[k - k0] += H
