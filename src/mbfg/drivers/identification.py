@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -137,7 +138,6 @@ def _warn_inconsistent_fit(costs, readings):
     noise explains: the model, or the time grid (a motion faster than the steps resolve: a
     generated five-bar at 400 steps per period 2 pi / omega_c fits at 1.08 with an error of
     7.7 standard deviations, at 800 at 1.002), leaves residuals the intervals do not count."""
-    import warnings
     for r, (c, n) in enumerate(zip(costs, readings)):
         bound = 1.0 + CONSISTENCY_SIGMAS * np.sqrt(2.0 / max(n, 1.0))
         if c > bound:
@@ -145,6 +145,14 @@ def _warn_inconsistent_fit(costs, readings):
                           f"the {bound:.3g} its sensors' noise explains: the model or the time "
                           f"step does not resolve the motion, and the standard deviations are "
                           f"too narrow", RuntimeWarning, stacklevel=4)
+
+
+def _stage_settings(settings, kd):
+    """``settings`` of a continuation stage at dynamics sigma ``kd``: a loose stage loosens the
+    constraint rows by the same factor, so the ratio of the constraint to the dynamics weights
+    (the system's conditioning) stays the final one."""
+    return dataclasses.replace(settings, dynamics=kd,
+                               constraints=settings.constraints * kd / settings.dynamics)
 
 
 def _schedule(settings):
@@ -231,13 +239,9 @@ def identify(
     retried = False
     while plan:
         kd, free, final = plan.pop(0)
-        # a loose stage loosens the constraint rows by the same factor: the ratio of the
-        # constraint to the dynamics weights (the system's conditioning) stays the final one
-        st_k = dataclasses.replace(settings, dynamics=kd,
-                                   constraints=settings.constraints * kd / settings.dynamics)
         previous = problem
-        problem = IdentificationProblem(params, recs, st_k, first, motion, free=free,
-                                        jerk_coordinates=jerk)
+        problem = IdentificationProblem(params, recs, _stage_settings(settings, kd), first,
+                                        motion, free=free, jerk_coordinates=jerk)
         if Xs is None:
             Xs = [_pack(problem, r.dt, *s) for r, s in zip(recs, starts)]
         # the previous stage's last linearization, its rows reweighted, starts this stage
@@ -368,11 +372,9 @@ def cross_validate(
     Xs, problem, st, iterations = None, None, None, 0
     for kd in sigmas:
         final = kd == sigmas[-1]
-        st_k = dataclasses.replace(settings, dynamics=kd,
-                                   constraints=settings.constraints * kd / settings.dynamics)
         previous = problem
-        problem = IdentificationProblem(fixed, [rec], st_k, first, motion, free=False,
-                                        jerk_coordinates=jerk)
+        problem = IdentificationProblem(fixed, [rec], _stage_settings(settings, kd), first,
+                                        motion, free=False, jerk_coordinates=jerk)
         if Xs is None:
             Xs = [_pack(problem, rec.dt, *start)]
         initial = None if previous is None else problem.reweighted(st.system, previous)

@@ -123,7 +123,6 @@ class ChainFactor:
     last; ``S``: the chain's part of theta's Schur complement, H_tt - W^T W (p, p); ``g``: its
     part of theta's reduced gradient, g_t - W^T y (p,)."""
     L: np.ndarray
-    kd: int
     spans: list
     Y: list
     S: np.ndarray
@@ -264,7 +263,7 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
         At = c.A_t.reshape(-1, p)
         S += At.T @ At
         gt -= At.T @ e[:, r - rt:].reshape(-1)
-    return ChainFactor(abT.T, kd, [(k0 * d, k1 * d) for k0, k1 in spans], Ys, S, gt)
+    return ChainFactor(abT.T, [(k0 * d, k1 * d) for k0, k1 in spans], Ys, S, gt)
 
 
 def _back_chain(c, f: ChainFactor, dtheta):
@@ -375,12 +374,13 @@ def optimize_joint(
     p = 0).  An undamped step that raises the cost is still taken up to ``watchdog`` times in
     a row (tight constraint rows make long steps leave the manifold to second order and the
     next step returns); if that does not reach a new best point, the best point is restored
-    and damping used from there on (``initial_lambda`` at least).  A trial point is linearized at once, so an accepted step's
-    system is built once.  ``method``: ``"cholesky"`` (banded Cholesky of the steps, theta's
-    small dense system by numpy, see :func:`solve_joint`; a non-positive pivot falls back to
-    QR, which then serves the rest of the call; ``stats.elimination`` says which one solved
-    last) or ``"qr"`` (gtsam's sequential QR of everything: much slower, but only the square
-    root of the system's conditioning).  ``information=False`` returns no information (an
+    and damping used from there on (``initial_lambda`` at least).  A trial point is linearized
+    at once, so an accepted step's system is built once.  ``method``: ``"cholesky"`` (banded
+    Cholesky of the steps, theta's small dense system by numpy, see :func:`solve_joint`; a
+    non-positive pivot falls back to QR, which then serves the rest of the call;
+    ``stats.elimination`` says which one solved last) or ``"qr"`` (gtsam's sequential QR of
+    everything: much slower, but only the square root of the system's conditioning).
+    ``information=False`` returns no information (an
     intermediate stage: saves the elimination at the final point when the last one was
     damped).  ``initial``: ``problem.linear_system(Xs, theta)``'s result when the caller
     already has it; ``work``: a dict for the elimination's buffers and spare systems, which
