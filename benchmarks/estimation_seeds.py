@@ -1,28 +1,35 @@
-"""The default online estimator against the Kalman baselines, seed by seed (issue 14, items 1
-and 5).
+"""The default online estimator against the Kalman baselines, seed by seed, in every condition
+(issue 14, items 1 and 5).
 
-The review's four-bar three-simulation harness (:mod:`mbfg.benchmarking.estimation_review`:
-prototype simulated by DOP853, readings synthesized with each seed, the estimator run on a
-model with errors), in the review's condition and in the conditions of issue 14 that change
-one thing each (:data:`~mbfg.benchmarking.estimation_review.CONDITIONS`): model gravity
--10.81 instead of -8.81, initial crank-angle error -pi/16 or +pi/8 instead of +pi/16, sensor
-noise x3, one reading every 4th step, a prototype coupler 20 % heavier than the model's
-instead of a gravity error.
+The bundled study ``fourbar-estimation-conditions`` (``mbfg sweep``, docs/studies.md): the
+review's four-bar three-simulation set-up (prototype simulated by DOP853, readings synthesized
+with each seed, the estimator run on a model with errors), in the review's condition and in
+the conditions of issue 14 that change one thing each: model gravity -10.81 instead of -8.81,
+initial crank-angle error -pi/16 or +pi/8 instead of +pi/16, sensor noise x3, one reading
+every 4th step, a prototype coupler 20 % heavier than the model's instead of a gravity error.
 
 For every condition, sensor setup and estimator the table gives the crank-angle RMSE [rad]
 over the seeds (mean, worst seed), the 2-sigma coverage of the estimator's reported band
 after 0.5 s (mean over the seeds), CPU ms per 5 ms step, and for each baseline the paired
 difference ``reference - baseline`` of the RMSEs with its 95 % confidence interval (Student
 t over the seeds; negative: the reference is better).  The reference is the default online
-estimator (``fg-online``), run with ``covariance=True`` so that its coverage is measured
-(its ms/step includes the covariance).
+estimator (``fg-online``), run with ``covariance: true`` so that its coverage is measured
+(its ms/step includes the covariance).  A summary then gives, per condition and setup, the
+verdict of the reference against every filter and the offline smoother's RMSE against half
+the best filter's.
+
+The cases run as a study: serially by default, on a local Dask cluster with ``--workers N``;
+``--out FILE.csv`` keeps the tidy table (one row per case) and resumes from it;
+``--print-study`` prints the study YAML for ``mbfg sweep``; ``--print-only`` prints the tables
+of the CSVs given to ``--out`` (also those the former plain script wrote: columns condition,
+setup, estimator, seed, status, rmse, rmse_after, coverage, ms_per_step).
 
 Seeds: the estimators' settings were chosen on seeds 0-4; judge on others (default
-1000-1019).  ``--out FILE.csv`` keeps one row per case and resumes from it.
+1000-1019).
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/estimation_seeds.py [--seeds 1000-1019]
         [--conditions NAME ...] [--setups NAME ...] [--estimators NAME ...] [--t-end 10]
-        [--out results.csv]
+        [--workers N] [--out results.csv ...] [--print-only] [--print-study]
 """
 from __future__ import annotations
 
@@ -35,16 +42,17 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import machine_info  # noqa: E402
+from _machine import add_sweep_arguments, machine_info, run_study, sweep_summary  # noqa: E402
 
 DT = 0.005
+STUDY = "fourbar-estimation-conditions"
 REFERENCE = "fg-online"
+OFFLINE = "fg-batch"
 BASELINES = ("ekf", "ekf_fe", "ukf", "dekf")
 SETUPS = ("encoder", "gyro-coupler", "gyro-crank")
-FIELDS = ("condition", "setup", "estimator", "seed", "status", "rmse", "rmse_after",
-          "coverage", "ms_per_step", "error")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -56,37 +64,73 @@ def parse_seeds(text: str) -> list[int]:
     return sorted(out)
 
 
-def run_one(cond, setup, name, seed, t_end):
-    """One case: a dict of FIELDS."""
-    import mbfg
-    from mbfg.benchmarking import estimation_review as ER
-    proto, model, q0, setups, stride = _condition(cond)
-    truth = ER.simulate_prototype(proto, t_end, DT)
-    t, q, qd, qdd = truth
-    sensors = setups[setup]
-    readings = ER.thin_readings(sensors.synthesize(proto, t, q, qd, qdd,
-                                                   rng=np.random.default_rng(seed)), stride)
-    opts = {"covariance": True} if name.startswith("fg-") else {}
-    row = {"condition": cond, "setup": setup, "estimator": name, "seed": seed}
-    try:
-        res = mbfg.estimate(model, sensors, readings, DT, len(t), method=name, q0=q0,
-                            qd0=np.zeros(model.n), **opts)
-    except mbfg.MbfgError as exc:
-        return {**row, "status": "failed", "error": f"{type(exc).__name__}: {exc}"[:200]}
-    k = model.coordinate_index(ER.CRANK)
-    m = ER.metrics(res, truth, k, DT)
-    return {**row, "status": "ok", "rmse": m["pos_rmse"], "rmse_after": m["pos_rmse_after"],
-            "coverage": m["coverage_2sigma"], "ms_per_step": m["ms_per_step"], "error": ""}
+def bundled_study() -> dict:
+    """The bundled study file as a dict."""
+    from mbfg.resources import resolve_study
+    return yaml.safe_load(resolve_study(STUDY).read_text())
 
 
-_CONDITIONS: dict = {}
+def conditions_of(spec: dict) -> list[str]:
+    """The condition labels of the study, in order."""
+    return list(spec["vary"]["zip"]["run.label"])
 
 
-def _condition(cond):
-    from mbfg.benchmarking import estimation_review as ER
-    if cond not in _CONDITIONS:
-        _CONDITIONS[cond] = ER.review_condition(cond)
-    return _CONDITIONS[cond]
+def study(conditions=None, setups=None, estimators=None, seeds=None, t_end=None) -> dict:
+    """The bundled study restricted to the given conditions (labels), setups, estimators and
+    seeds, and run for ``t_end`` seconds."""
+    spec = bundled_study()
+    zipped = spec["vary"]["zip"]
+    labels = zipped["run.label"]
+    if conditions is not None:
+        unknown = [c for c in conditions if c not in labels]
+        if unknown:
+            raise SystemExit(f"estimation_seeds.py: unknown condition(s) {unknown}; expected "
+                             f"some of {labels}")
+        keep = [i for i, c in enumerate(labels) if c in conditions]
+        spec["vary"]["zip"] = {k: [v[i] for i in keep] for k, v in zipped.items()}
+    grid = spec["vary"]["grid"]
+    for key, chosen in (("run.sensors", setups), ("run.method", estimators)):
+        if chosen is not None:
+            grid[key] = list(chosen)
+    if seeds is not None:
+        spec["seeds"] = list(seeds)
+    if t_end is not None:
+        spec["run"]["t_end"] = float(t_end)
+    return spec
+
+
+SWEEP_COLUMNS = {"label": "condition", "sensors": "setup", "method": "estimator",
+                 "pos_rmse": "rmse", "pos_rmse_after": "rmse_after",
+                 "coverage_2sigma": "coverage"}
+"""Sweep column -> field of the tables."""
+
+
+def _case(row: dict) -> dict:
+    """One case in the tables' fields, from a sweep row or a row of the former script's CSV."""
+    r = {SWEEP_COLUMNS.get(k, k): v for k, v in row.items()}
+    for f in ("rmse", "rmse_after", "coverage", "ms_per_step"):
+        v = r.get(f)
+        r[f] = float(v) if v not in (None, "") else float("nan")
+    r["seed"] = int(r["seed"])
+    return r
+
+
+def cases_of(rows) -> dict:
+    """(condition, setup, estimator, seed) -> case."""
+    out = {}
+    for row in rows:
+        r = _case(row)
+        out[(r["condition"], r["setup"], r["estimator"], r["seed"])] = r
+    return out
+
+
+def _load(paths) -> dict:
+    rows = []
+    for path in paths or ():
+        if Path(path).exists():
+            with open(path, newline="") as fh:
+                rows.extend(csv.DictReader(fh))
+    return cases_of(rows)
 
 
 def paired_ci(a, b, level=0.95):
@@ -99,20 +143,6 @@ def paired_ci(a, b, level=0.95):
         return mean, float("nan"), float("nan")
     half = float(student.ppf(0.5 + level / 2, n - 1) * np.std(d, ddof=1) / math.sqrt(n))
     return mean, mean - half, mean + half
-
-
-def _load(path):
-    if path is None or not Path(path).exists():
-        return {}
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    out = {}
-    for r in rows:
-        for f in ("rmse", "rmse_after", "coverage", "ms_per_step"):
-            r[f] = float(r[f]) if r.get(f) not in (None, "") else float("nan")
-        r["seed"] = int(r["seed"])
-        out[(r["condition"], r["setup"], r["estimator"], r["seed"])] = r
-    return out
 
 
 def table(rows, cond, setup, names, seeds, reference):
@@ -154,56 +184,90 @@ def table(rows, cond, setup, names, seeds, reference):
     return lines + [""]
 
 
+def summary(rows, conds, setups, names, seeds, reference=REFERENCE, offline=OFFLINE) -> list:
+    """Markdown lines: per condition and setup, the reference's verdict against every filter
+    (paired 95 % CI of the RMSE difference) and the offline smoother's mean RMSE against half
+    the best filter's mean."""
+    filters = [n for n in names if n in BASELINES]
+    lines = ["| condition | setup | " + f"{reference} mean | best filter (mean) | "
+             f"{reference} against every filter | {offline} mean | {offline} / best filter | "
+             f"{offline} failed |", "|---|---|---|---|---|---|---|---|"]
+
+    def ok(cond, setup, n):
+        return [rows.get((cond, setup, n, s)) for s in seeds]
+
+    for cond in conds:
+        for setup in setups:
+            ref = ok(cond, setup, reference)
+            if not any(r is not None for r in ref):
+                continue
+            mean = {}
+            for n in filters + [reference, offline]:
+                v = [r["rmse"] for r in ok(cond, setup, n) if r is not None and r["status"] == "ok"]
+                if v:
+                    mean[n] = float(np.mean(v))
+            best = min((n for n in filters if n in mean), key=mean.get, default=None)
+            verdicts = []
+            for n in filters:
+                both = [(a, b) for a, b in zip(ref, ok(cond, setup, n))
+                        if a is not None and b is not None and a["status"] == b["status"] == "ok"]
+                if len(both) < 2:
+                    continue
+                m, lo, hi = paired_ci([a["rmse"] for a, _ in both], [b["rmse"] for _, b in both])
+                verdicts.append("wins" if hi < 0 else ("loses" if lo > 0 else
+                                                       ("tie, lower mean" if m < 0 else
+                                                        "tie, higher mean")))
+            worst = ("loses" if "loses" in verdicts else "tie, higher mean"
+                     if "tie, higher mean" in verdicts else "tie, lower mean"
+                     if "tie, lower mean" in verdicts else "wins" if verdicts else "-")
+            off = [r for r in ok(cond, setup, offline) if r is not None]
+            failed = f"{sum(r['status'] != 'ok' for r in off)}/{len(off)}" if off else "-"
+            ratio = (f"{mean[offline] / mean[best]:.2f}" if best and offline in mean else "-")
+            lines.append(f"| {cond} | {setup} | {mean.get(reference, float('nan')):.5f} | "
+                         f"{best or '-'} ({mean.get(best, float('nan')):.5f}) | {worst} | "
+                         f"{mean.get(offline, float('nan')):.5f} | {ratio} | {failed} |")
+    return lines + [""]
+
+
 def main(argv=None):
-    from mbfg.benchmarking import estimation_review as ER
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="1000-1019", help="e.g. 1000-1019 or 0,2,5-9")
     ap.add_argument("--conditions", nargs="+", default=None,
-                    help="subset of: " + ", ".join(repr(c) for c in ER.CONDITIONS).replace("%", "%%"))
-    ap.add_argument("--setups", nargs="+", default=list(SETUPS))
-    ap.add_argument("--estimators", nargs="+", default=[REFERENCE, *BASELINES])
+                    help="subset of the study's condition labels (default: all)")
+    ap.add_argument("--setups", nargs="+", default=None, help=f"subset of {', '.join(SETUPS)}")
+    ap.add_argument("--estimators", nargs="+", default=None,
+                    help="subset of the study's estimators (default: all)")
     ap.add_argument("--reference", default=REFERENCE)
-    ap.add_argument("--t-end", type=float, default=10.0)
-    ap.add_argument("--out", default=None, help="CSV of the cases (resumed)")
-    ap.add_argument("--print-only", action="store_true", help="print the tables of --out")
+    ap.add_argument("--t-end", type=float, default=None, help="duration [s] (default 10)")
+    add_sweep_arguments(ap)
+    ap.add_argument("--print-only", nargs="*", default=None, metavar="CSV",
+                    help="print the tables of these CSVs (default: --out) without running")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     seeds = parse_seeds(args.seeds)
-    conds = args.conditions or list(ER.CONDITIONS)
-    rows = _load(args.out)
+    spec = study(args.conditions, args.setups, args.estimators, seeds, args.t_end)
+    conds = conditions_of(spec)
+    setups = spec["vary"]["grid"]["run.sensors"]
+    names = spec["vary"]["grid"]["run.method"]
     started = time.perf_counter()
-    if not args.print_only:
-        new = not (args.out and Path(args.out).exists())
-        fh = open(args.out, "a", newline="") if args.out else None
-        writer = csv.DictWriter(fh, FIELDS) if fh else None
-        if writer and new:
-            writer.writeheader()
-        for cond in conds:
-            for setup in args.setups:
-                for seed in seeds:
-                    for name in args.estimators:
-                        key = (cond, setup, name, seed)
-                        if key in rows:
-                            continue
-                        r = run_one(cond, setup, name, seed, args.t_end)
-                        rows[key] = r
-                        if writer:
-                            writer.writerow({f: r.get(f, "") for f in FIELDS})
-                            fh.flush()
-                        print(f"{cond} | {setup} | {name} | {seed}: {r['status']} "
-                              f"{r.get('rmse', float('nan')):.5f}", file=sys.stderr, flush=True)
-        if fh:
-            fh.close()
-    print(f"Machine: {machine_info()}\n")
-    print(f"Review four-bar, {args.t_end:g} s at dt = {DT * 1e3:g} ms; seeds {args.seeds} "
-          f"({len(seeds)}); crank-angle RMSE [rad] over the whole run; 2σ coverage after "
-          f"{ER.COVERAGE_AFTER:g} s; paired difference of the RMSEs with its 95 % CI "
-          f"(wins: the whole interval below 0).\n")
+    if args.print_only is not None:
+        rows, how = _load(args.print_only or [args.out]), "from " + ", ".join(
+            args.print_only or [str(args.out)])
+    else:
+        result = run_study(spec, args)
+        if result is None:
+            return
+        rows, how = cases_of(result.rows), sweep_summary(result)
+    print(f"Machine: {machine_info()}; {how}\n")
+    print(f"Review four-bar, {spec['run']['t_end']:g} s at dt = {DT * 1e3:g} ms; seeds "
+          f"{args.seeds} ({len(seeds)}); crank-angle RMSE [rad] over the whole run; 2σ coverage "
+          f"after 0.5 s; paired difference of the RMSEs with its 95 % CI (wins: the whole "
+          f"interval below 0).\n")
+    print("\n".join(summary(rows, conds, setups, names, seeds, args.reference)))
     for cond in conds:
-        for setup in args.setups:
-            print("\n".join(table(rows, cond, setup, args.estimators, seeds, args.reference)))
-    if not args.print_only:
-        print(f"total {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        for setup in setups:
+            print("\n".join(table(rows, cond, setup, names, seeds, args.reference)))
+    print(f"total {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":

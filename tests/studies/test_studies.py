@@ -283,6 +283,19 @@ BAD = {
                "sensor_sets:\n  s: [{type: encoder, coordinate: theta0, sigma: 0.01}]\n",
                SchemaError, "unknown estimator 'kf'"),
     "seeds": ("mechanism: fourbar\nrun: {kind: simulate}\nseeds: 0\n", SchemaError, "seeds"),
+    "reading stride": ("mechanism: fourbar-review\nrun: {kind: estimate, sensors: s, "
+                       "reading_stride: 0}\nsensor_sets:\n  s: [{type: encoder, coordinate: "
+                       "theta0, sigma: 0.01}]\n", SchemaError, "run.reading_stride"),
+    "sensor noise": ("mechanism: fourbar-review\nrun: {kind: estimate, sensors: s, "
+                     "sensor_noise: -3}\nsensor_sets:\n  s: [{type: encoder, coordinate: "
+                     "theta0, sigma: 0.01}]\n", SchemaError, "run.sensor_noise: expected a positive finite number"),
+    "prototype override": ("mechanism: fourbar-review\nrun:\n  kind: estimate\n  sensors: s\n"
+                           "  prototype_overrides: {\"planar_bodies[9].mass\": 1}\nsensor_sets:\n"
+                           "  s: [{type: encoder, coordinate: theta0, sigma: 0.01}]\n",
+                           SchemaError, "prototype_overrides: "),
+    "label": ("mechanism: fourbar-review\nrun: {kind: estimate, sensors: s, label: [a]}\n"
+              "sensor_sets:\n  s: [{type: encoder, coordinate: theta0, sigma: 0.01}]\n",
+              SchemaError, "expected a text"),
     "trajectory": ("mechanism: fourbar-crank-angle\nrun: {kind: inverse, trajectory: no.txt, "
                    "imposed: theta0}\n", SchemaError, "trajectory"),
     "identify without parameters": ("mechanism: fourbar-review\nrun: {kind: identify, sensors: s}\n"
@@ -338,6 +351,41 @@ def test_cli_sweep_writes_the_table(study, tmp_path, capsys):
     assert "4 ok, 4 failed" in printed and str(out) in printed
     assert main(["sweep", str(study), "--workers", "0", "--out", str(out)]) == 2
     assert main(["sweep", str(study), "--out", str(tmp_path / "t.txt")]) == 2
+
+
+@pytest.mark.parametrize("condition", ["noise x3", "every 4th step", "coupler +20 %"])
+def test_estimate_kind_conditions_give_the_review_harness_rows(condition):
+    """The bundled conditions study (benchmarks/estimation_seeds.py) gives, case by case, what
+    the review harness of mbfg.benchmarking.estimation_review gives for the same condition:
+    sensor noise (readings and assumed sigma), a reading every 4th step, a heavier prototype
+    coupler (its mass and I0 by YAML override, the harness by scaling the loaded spec).  The
+    factor graph's rows agree to about 1e-9, not bit for bit: the harness stores the offset
+    start as the model's q0, at which the scale-derived constraint sigmas are evaluated."""
+    from mbfg.benchmarking import estimation_review as ER
+    from mbfg.resources import resolve_study
+    import yaml
+    spec = yaml.safe_load(resolve_study("fourbar-estimation-conditions").read_text())
+    zipped = spec["vary"]["zip"]
+    i = zipped["run.label"].index(condition)
+    spec["vary"]["zip"] = {k: [v[i]] for k, v in zipped.items()}
+    spec["vary"]["grid"] = {"run.sensors": ["encoder"], "run.method": ["fg-online", "ekf"]}
+    spec["seeds"], spec["run"]["t_end"] = [1003], 0.8
+    rows = sweep(study_from_dict(spec), scheduler="serial").rows
+    proto, model, q0, setups, stride = ER.review_condition(condition)
+    truth = ER.simulate_prototype(proto, 0.8, 0.005)
+    readings = ER.thin_readings(setups["encoder"].synthesize(
+        proto, *truth, rng=np.random.default_rng(1003)), stride)
+    k = model.coordinate_index(ER.CRANK)
+    for row in rows:
+        opts = {"covariance": True} if row["method"].startswith("fg-") else {}
+        res = mbfg.estimate(model, setups["encoder"], readings, 0.005, len(truth[0]),
+                            method=row["method"], q0=q0, qd0=np.zeros(model.n), seed=1003,
+                            **opts)
+        m = ER.metrics(res, truth, k, 0.005)
+        assert row["status"] == "ok" and row["label"] == condition
+        assert row["pos_rmse"] == pytest.approx(m["pos_rmse"], rel=1e-6)
+        assert row["coverage_2sigma"] == pytest.approx(m["coverage_2sigma"], rel=1e-6)
+        assert 0.0 <= row["coverage_2sigma"] <= 1.0
 
 
 def test_bundled_example_studies_parse():

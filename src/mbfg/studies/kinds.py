@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Setting", "RunKind", "KINDS", "register_kind", "run_kind", "CaseOutput",
            "positive", "non_negative", "integer_at_least", "one_of", "boolean", "text",
-           "number_mapping", "warm_up", "SIMULATE_METRICS", "ESTIMATE_METRICS",
+           "label", "number_mapping", "warm_up", "SIMULATE_METRICS", "ESTIMATE_METRICS",
            "INVERSE_METRICS", "IDENTIFY_METRICS"]
 
 
@@ -92,6 +92,13 @@ def text(value: Any) -> str:
     """A non-empty string."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected a non-empty text, got {value!r}")
+    return value
+
+
+def label(value: Any) -> str:
+    """A string, possibly empty (a name for the table)."""
+    if not isinstance(value, str):
+        raise ValueError(f"expected a text, got {value!r}")
     return value
 
 
@@ -347,15 +354,18 @@ register_kind(
 ESTIMATE_METRICS = ("pos_rmse", "pos_rmse_after", "vel_rmse", "vel_rmse_after", "acc_rmse",
                     "acc_rmse_after", "smoothed_pos_rmse", "smoothed_pos_rmse_after",
                     "smoothed_vel_rmse", "smoothed_vel_rmse_after", "smoothed_acc_rmse",
-                    "smoothed_acc_rmse_after", "ms_per_step")
+                    "smoothed_acc_rmse_after", "coverage_2sigma", "ms_per_step")
 """Metrics of ``estimate``: RMSE of the ``coordinate`` (position, rate, acceleration; whole run
 and after ``after`` seconds) of the causal estimate and, for estimators that smooth, of the
-smoothed one; CPU ms per step (timing)."""
+smoothed one; ``coverage_2sigma``, the fraction of the steps after
+:data:`~mbfg.benchmarking.estimation_review.COVERAGE_AFTER` at which the estimator's reported
+2-sigma band of the coordinate holds the truth (NaN without a reported standard deviation: the
+factor-graph estimators report one with ``covariance: true``); CPU ms per step (timing)."""
 
 
 def _prepare_estimate(settings: dict, context: Any) -> dict:
     """Resolve the sensor set into its YAML text; check the estimator, the coordinate and the
-    model overrides against the mechanism."""
+    model's and prototype's overrides against the mechanism."""
     from mbfg.estimation.registry import estimator
     from mbfg.model.parameters import apply_overrides
     s = dict(settings)
@@ -373,10 +383,11 @@ def _prepare_estimate(settings: dict, context: Any) -> dict:
         if k not in names:
             raise ValueError(f"initial_offset: {k!r} is not a coordinate of the mechanism; "
                              f"expected one of {', '.join(names)}")
-    try:
-        apply_overrides(mech.spec, s["model_overrides"])
-    except UsageError as e:
-        raise ValueError(f"model_overrides: {e}") from None
+    for name in ("model_overrides", "prototype_overrides"):
+        try:
+            apply_overrides(mech.spec, s[name])
+        except UsageError as e:
+            raise ValueError(f"{name}: {e}") from None
     return s
 
 
@@ -405,16 +416,27 @@ def _prototype_motion(text: str, overrides: tuple, t_end: float, dt: float) -> t
 
 
 def _estimate_case(case: Case) -> CaseOutput:
+    import dataclasses
+
     from mbfg.benchmarking.estimation_review import all_metrics
-    from mbfg.estimation.registry import estimate
+    from mbfg.estimation.registry import estimate, estimator
     from mbfg.loader import parse_sensors
     from mbfg.model import kinematics as K
+    from mbfg.model.sensors import Readings, SensorSet
 
     s = case.settings_dict
-    proto, truth = _prototype_motion(case.mechanism_text, case.overrides, s["t_end"], s["dt"])
+    proto, truth = _prototype_motion(case.mechanism_text,
+                                     tuple(case.overrides) + tuple(s["prototype_overrides"].items()),
+                                     s["t_end"], s["dt"])
     t, q, qd, qdd = truth
     sensors = parse_sensors(s["sensors_yaml"], proto)
+    if s["sensor_noise"] != 1.0:  # every sigma, the one the estimator assumes included
+        sensors = SensorSet([dataclasses.replace(x, sigma=s["sensor_noise"] * x.sigma)
+                             for x in sensors])
     readings = sensors.synthesize(proto, t, q, qd, qdd, rng=np.random.default_rng(case.seed))
+    stride = s["reading_stride"]
+    if stride > 1:  # a slower sensor on the same grid: every stride-th reading of each sensor
+        readings = [Readings(r.steps[::stride], r.values[::stride]) for r in readings]
     model = case.mechanism(extra=tuple(s["model_overrides"].items()))
     q0 = np.asarray(model.q0, float)
     if s["initial_offset"]:
@@ -422,6 +444,8 @@ def _estimate_case(case: Case) -> CaseOutput:
         values = [q0[i] + v for i, v in zip(idx, s["initial_offset"].values())]
         q0 = np.asarray(K.solve_finite_displacement(model, q0, idx, values), float)
     options = {} if s["window"] is None else {"window": s["window"]}
+    if s["covariance"] and estimator(s["method"]).accepts("covariance"):
+        options["covariance"] = True  # the filters always report their standard deviations
     res = estimate(model, sensors, readings, s["dt"], len(t), method=s["method"],
                    seed=case.seed, q0=q0, qd0=np.zeros(model.n), **options)
     # (estimate() refuses non-finite estimates itself)
@@ -455,6 +479,18 @@ register_kind(
                                   "model's initial value (reassembled), e.g. theta0: pi/16"),
         "coordinate": Setting("theta0", text, "coordinate whose errors are the metrics"),
         "after": Setting(2.0, non_negative, "the *_after metrics skip the first seconds"),
+        "prototype_overrides": Setting({}, number_mapping, "overrides applied to the prototype "
+                                       "only (after the case's), e.g. a heavier coupler than "
+                                       "the model's"),
+        "sensor_noise": Setting(1.0, positive, "factor on every sensor's sigma: the readings' "
+                                "noise and the sigma the estimator assumes"),
+        "reading_stride": Setting(1, integer_at_least(1), "keep every n-th reading of each "
+                                  "sensor (a slower sensor on the estimator's time grid)"),
+        "covariance": Setting(False, boolean, "ask the factor-graph estimators for their "
+                              "covariances, so that coverage_2sigma is measured (the filters "
+                              "always report theirs)"),
+        "label": Setting("", label, "a free name of the case's condition, for the table; "
+                         "not used by the run"),
     },
     metrics=ESTIMATE_METRICS, timing=("ms_per_step",), prepare=_prepare_estimate, cost=_steps,
     description="three-simulation estimation: accurate prototype, synthesized readings "
