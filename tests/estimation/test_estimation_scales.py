@@ -108,15 +108,20 @@ def test_rescaling_units_leaves_the_estimate_unchanged(setup, length, mass):
 @pytest.mark.parametrize("setup", ["encoder", "gyro-coupler"])
 def test_constraints_hold_relative_to_their_scales_on_a_small_mechanism(setup):
     """A 2-10 mm four-bar (default window): the causal and smoothed estimates stay on the
-    constraint manifold to a few 1e-6 of each row's scale (a distance of a few 1e-6 of the
-    mechanism's length) after the initial transient of the wrong initial angle (0.1 s,
-    where the newest step is pulled off by up to 3e-4), as on the full-size four-bar.  With
-    the bare 1e-4 sigmas: up to 0.15 (encoder) and 0.05 (gyroscope)."""
+    constraint manifold to a few constraint sigmas (CONSTRAINT_ACCURACY = 3e-6 of each row's
+    scale: a distance of a few 1e-6 of the mechanism's length) after the initial transient of
+    the wrong initial angle (0.1 s, where the newest step is pulled off by up to 3e-4), as on
+    the full-size four-bar.  With the bare 1e-4 sigmas: up to 0.15 (encoder) and 0.05
+    (gyroscope).  The bound is 7 sigmas: since the fixed-lag prior keeps no information
+    normal to the manifold (it was a second, linearized copy of the previous rows'
+    constraints), each row is held by its own constraint factor alone; the largest deviation
+    over the run is then about 3.5 sigmas (1.05e-5, full size, coupler gyroscope)."""
     i0 = int(round(0.1 / DT))
+    bound = 7.0 * CONSTRAINT_ACCURACY
     for length, mass in [(1.0, 1.0), SCALES[0]]:
         model, res = _online(length, mass, setup, False)
         for name, q in (("causal", res.q), ("smoothed", res.q_smoothed)):
             rel = np.abs(C.position_constraints(model, q)) / constraint_scales(model, q)
             assert np.max(rel) <= 1e-3, f"x{length} {name}: Phi / scale {np.max(rel):.1e}"
-            assert np.max(rel[i0:]) <= 1e-5, (
+            assert np.max(rel[i0:]) <= bound, (
                 f"x{length} {name}: Phi / scale {np.max(rel[i0:]):.1e} after 0.1 s")

@@ -708,7 +708,10 @@ class FixedLagSmoother:
         """Eliminate rows 0 .. m-1 (linearized at the last solve's final linearization point)
         into a Gaussian prior on row m, one row after the other.  ``W``: the window with the
         new step appended (with a window of one step, the link to it is linearized here, at
-        the new step's prediction)."""
+        the new step's prediction).  A problem with a ``marginal_projector(x)`` (estimation:
+        :meth:`mbfg.graphs.estimation.ObservedProblem.marginal_projector`) gets the prior
+        restricted to the tangent space of its constraint manifold at row m's linearization
+        point, A -> A P: the row's own constraint factors fix the normal part."""
         d = self.dim
         if getattr(self.problem, "causal", False):
             self.prior = [HeldPredecessor(self._links_between(self.first, self.links[:1]),
@@ -745,6 +748,9 @@ class FixedLagSmoother:
         U, sv, Vt = np.linalg.svd(R1, full_matrices=False)
         k = int(np.count_nonzero(sv > sv[0] * max(R1.shape) * np.finfo(float).eps)) if sv.size else 0
         A = sv[:k, None] * Vt[:k]
+        project = getattr(self.problem, "marginal_projector", None)
+        if project is not None:  # keep the prior's information along the manifold only
+            A = A @ project(W_lin[m])
         self.prior = [UnaryLinear([0], A, A @ W_lin[m] - U[:, :k].T @ r1)]
 
     def _links_between(self, step, plan):
