@@ -53,6 +53,8 @@ REFERENCE = "fg-online"
 OFFLINE = "fg-batch"
 BASELINES = ("ekf", "ekf_fe", "ukf", "dekf")
 SETUPS = ("encoder", "gyro-coupler", "gyro-crank")
+VERDICTS = ("loses", "tie, higher mean", "tie, lower mean", "wins")
+"""The reference's verdicts against one filter, worst first (the summary gives the worst)."""
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -217,9 +219,7 @@ def summary(rows, conds, setups, names, seeds, reference=REFERENCE, offline=OFFL
                 verdicts.append("wins" if hi < 0 else ("loses" if lo > 0 else
                                                        ("tie, lower mean" if m < 0 else
                                                         "tie, higher mean")))
-            worst = ("loses" if "loses" in verdicts else "tie, higher mean"
-                     if "tie, higher mean" in verdicts else "tie, lower mean"
-                     if "tie, lower mean" in verdicts else "wins" if verdicts else "-")
+            worst = next((v for v in VERDICTS if v in verdicts), "-")
             off = [r for r in ok(cond, setup, offline) if r is not None]
             failed = f"{sum(r['status'] != 'ok' for r in off)}/{len(off)}" if off else "-"
             ratio = (f"{mean[offline] / mean[best]:.2f}" if best and offline in mean else "-")

@@ -418,11 +418,11 @@ def _prototype_motion(text: str, overrides: tuple, t_end: float, dt: float) -> t
 def _estimate_case(case: Case) -> CaseOutput:
     import dataclasses
 
-    from mbfg.benchmarking.estimation_review import all_metrics
+    from mbfg.benchmarking.estimation_review import all_metrics, thin_readings
     from mbfg.estimation.registry import estimate, estimator
     from mbfg.loader import parse_sensors
     from mbfg.model import kinematics as K
-    from mbfg.model.sensors import Readings, SensorSet
+    from mbfg.model.sensors import SensorSet
 
     s = case.settings_dict
     proto, truth = _prototype_motion(case.mechanism_text,
@@ -434,9 +434,7 @@ def _estimate_case(case: Case) -> CaseOutput:
         sensors = SensorSet([dataclasses.replace(x, sigma=s["sensor_noise"] * x.sigma)
                              for x in sensors])
     readings = sensors.synthesize(proto, t, q, qd, qdd, rng=np.random.default_rng(case.seed))
-    stride = s["reading_stride"]
-    if stride > 1:  # a slower sensor on the same grid: every stride-th reading of each sensor
-        readings = [Readings(r.steps[::stride], r.values[::stride]) for r in readings]
+    readings = thin_readings(readings, s["reading_stride"])  # a slower sensor on the same grid
     model = case.mechanism(extra=tuple(s["model_overrides"].items()))
     q0 = np.asarray(model.q0, float)
     if s["initial_offset"]:
