@@ -10,7 +10,9 @@ every 4th step, a prototype coupler 20 % heavier than the model's instead of a g
 
 For every condition, sensor setup and estimator the table gives the crank-angle RMSE [rad]
 over the seeds (mean, worst seed), the 2-sigma coverage of the estimator's reported band
-after 0.5 s (mean over the seeds), CPU ms per 5 ms step, and for each baseline the paired
+after 0.5 s (mean over the seeds), the RMS of the readings' residuals against the estimate
+after 0.5 s in units of each sensor's sigma (needs no truth: two cells with the same residual
+cannot be told apart by the readings), CPU ms per 5 ms step, and for each baseline the paired
 difference ``reference - baseline`` of the RMSEs with its 95 % confidence interval (Student
 t over the seeds; negative: the reference is better).  The reference is the default online
 estimator (``fg-online``), run with ``covariance: true`` so that its coverage is measured
@@ -103,14 +105,14 @@ def study(conditions=None, setups=None, estimators=None, seeds=None, t_end=None)
 
 SWEEP_COLUMNS = {"label": "condition", "sensors": "setup", "method": "estimator",
                  "pos_rmse": "rmse", "pos_rmse_after": "rmse_after",
-                 "coverage_2sigma": "coverage"}
+                 "coverage_2sigma": "coverage", "reading_residual": "residual"}
 """Sweep column -> field of the tables."""
 
 
 def _case(row: dict) -> dict:
     """One case in the tables' fields, from a sweep row or a row of the former script's CSV."""
     r = {SWEEP_COLUMNS.get(k, k): v for k, v in row.items()}
-    for f in ("rmse", "rmse_after", "coverage", "ms_per_step"):
+    for f in ("rmse", "rmse_after", "coverage", "residual", "ms_per_step"):
         v = r.get(f)
         r[f] = float(v) if v not in (None, "") else float("nan")
     r["seed"] = int(r["seed"])
@@ -152,21 +154,21 @@ def table(rows, cond, setup, names, seeds, reference):
     get = {n: [rows.get((cond, setup, n, s)) for s in seeds] for n in names}
     ref = get.get(reference)
     lines = [f"#### {cond}, {setup}", "",
-             f"| estimator | mean RMSE | worst seed | 2σ coverage | ms/step | failed | "
-             f"{reference} − estimator: mean [95 % CI] | mean RMSE after 2 s | "
-             f"{reference} − estimator after 2 s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"| estimator | mean RMSE | worst seed | 2σ coverage | reading residual [σ] | "
+             f"ms/step | failed | {reference} − estimator: mean [95 % CI] | "
+             f"mean RMSE after 2 s | {reference} − estimator after 2 s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for n in names:
         rs = [r for r in get[n] if r is not None]
         ok = [r for r in rs if r["status"] == "ok"]
         failed = f"{len(rs) - len(ok)}/{len(rs)}"
         if not ok:
-            lines.append(f"| {n} | - | - | - | - | {failed} | - | - | - |")
+            lines.append(f"| {n} | - | - | - | - | - | {failed} | - | - | - |")
             continue
         v = np.array([r["rmse"] for r in ok])
         worst = ok[int(np.argmax(v))]
-        cov = np.nanmean([r["coverage"] for r in ok]) if any(
-            np.isfinite(r["coverage"]) for r in ok) else float("nan")
+        cov, residual = (np.nanmean([r[f] for r in ok]) if any(np.isfinite(r[f]) for r in ok)
+                         else float("nan") for f in ("coverage", "residual"))
         ms = np.nanmean([r["ms_per_step"] for r in ok])
         diff = diff_after = "-"
         if n != reference and ref is not None:
@@ -180,8 +182,9 @@ def table(rows, cond, setup, names, seeds, reference):
                     cells.append(f"{m:+.5f} [{lo:+.5f}, {hi:+.5f}] {verdict}")
                 diff, diff_after = cells
         covtxt = "-" if not np.isfinite(cov) else f"{100 * cov:.0f} %"
+        restxt = "-" if not np.isfinite(residual) else f"{residual:.2f}"
         lines.append(f"| {n} | {np.mean(v):.5f} | {worst['rmse']:.5f} (seed {worst['seed']}) | "
-                     f"{covtxt} | {ms:.2f} | {failed} | {diff} | "
+                     f"{covtxt} | {restxt} | {ms:.2f} | {failed} | {diff} | "
                      f"{np.mean([r['rmse_after'] for r in ok]):.5f} | {diff_after} |")
     return lines + [""]
 

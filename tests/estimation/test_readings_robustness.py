@@ -337,6 +337,41 @@ def test_coverage_counts_the_steps_inside_the_two_sigma_band():
     assert np.isnan(coverage(result(sigma), truth, 0, dt))   # no std of coordinate 0
 
 
+def test_reading_residual_is_the_noise_in_sigmas_at_the_truth():
+    """At the true motion the readings' residuals are their noise: RMS 1 sigma, whatever the
+    sensor's units; an encoder's residual is wrapped (truth offset by 2 pi gives the same);
+    a constant offset of 3 sigma adds in quadrature (sqrt(1 + 9)); NaN readings are left
+    out; the steps before ``after`` are not counted."""
+    from mbfg.benchmarking.estimation_review import reading_residual
+    from mbfg.model.sensors import AngleEncoder, Gyroscope, SensorSet
+    proto, model, q0 = review_fourbar()
+    T, dt = 4001, 0.005
+    t, q, qd, qdd = simulate_prototype(proto, (T - 1) * dt, dt)
+    sensors = SensorSet([AngleEncoder(coordinate=CRANK, sigma=0.02),
+                         Gyroscope(body=1, sigma=3e-3, period=3)])
+    readings = sensors.synthesize(proto, t, q, qd, qdd, rng=np.random.default_rng(7))
+    k = model.coordinate_index(CRANK)
+
+    def result(q_est):
+        return EstimationResult("x", t, q_est, qd, qdd, stats=Stats.of("x", 0.0, T))
+
+    r = reading_residual(result(q), model, sensors, readings, dt)
+    assert r == pytest.approx(1.0, abs=0.03)
+    wrapped = q.copy()
+    wrapped[:, k] += 2 * np.pi
+    assert reading_residual(result(wrapped), model, sensors, readings, dt) == pytest.approx(r)
+    enc_only = SensorSet(sensors[:1])
+    shifted = q.copy()
+    shifted[:, k] += 3 * 0.02
+    assert reading_residual(result(shifted), model, enc_only, readings[:1], dt) \
+        == pytest.approx(np.sqrt(10.0), rel=0.03)
+    holed = [Readings(rd.steps, rd.values.copy()) for rd in readings]
+    holed[0].values[::2] = np.nan
+    assert reading_residual(result(q), model, sensors, holed, dt) == pytest.approx(1.0, abs=0.04)
+    late = reading_residual(result(shifted), model, enc_only, readings[:1], dt, after=10.0)
+    assert late == pytest.approx(np.sqrt(10.0), rel=0.06)
+    assert np.isnan(reading_residual(result(q), model, sensors, readings, dt, after=30.0))
+
 def test_graph_estimators_name_the_columns_of_their_stds(case):
     model = case[0]
     res = _run(case, "fg-online", covariance=True)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ESTIMATORS", "review_fourbar", "sensor_setups", "CONDITIONS", "review_condition",
            "thin_readings", "simulate_prototype", "metrics",
-           "all_metrics", "run_case", "coverage", "COVERAGE_AFTER", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA",
+           "all_metrics", "run_case", "coverage", "reading_residual", "COVERAGE_AFTER", "PUBLISHED", "GYRO_SIGMA", "ENCODER_SIGMA",
            "MODEL_GRAVITY", "ANGLE_OFFSET", "CRANK"]
 
 ENCODER_SIGMA = math.radians(1.0)      # 17.453e-3 rad
@@ -198,6 +198,42 @@ def coverage(result: Any, truth: ArrayLike, k: int, dt: float, *,
     return float(np.mean(np.abs(err) <= 2.0 * result.z_std[i0:, indices.index(k)]))
 
 
+def reading_residual(result: Any, model: Mechanism, sensors: Sequence[Sensor],
+                     readings: Sequence, dt: float, *, after: float = COVERAGE_AFTER) -> float:
+    """RMS of the readings' residuals against the causal estimate, each in units of its
+    sensor's sigma (dimensionless), over the steps after ``after`` s.
+
+    A consistency check that needs no truth: the readings the estimate explains leave
+    residuals somewhat under 1 (the estimate follows part of the noise); well over 1, the
+    estimate or the model misses something.  Residuals of angular sensors are wrapped to
+    (-pi, pi]; non-finite readings are left out.
+
+    Parameters
+    ----------
+    result : EstimationResult
+        ``q, qd, qdd`` (T, n) of the estimate.
+    model, sensors, readings
+        The estimator's mechanism, its sensors and one ``(steps, values)`` per sensor.
+    dt : float
+        Time step [s].
+    """
+    i0 = int(round(after / dt))
+    est = (np.asarray(result.q), np.asarray(result.qd), np.asarray(result.qdd))
+    whitened = []
+    for s, (steps, values) in zip(sensors, readings):
+        steps = np.asarray(steps, int)
+        keep = (steps >= i0) & (steps < len(est[0]))
+        steps, values = steps[keep], np.asarray(values, float).reshape(len(keep), -1)[keep]
+        if not steps.size:
+            continue
+        d = values - s.measure(model, *(x[steps] for x in est))
+        if s.angular:
+            d = wrap_angle(d)
+        d = d[np.isfinite(d)] / s.sigma
+        whitened.append(d.ravel())
+    return _rmse(np.concatenate(whitened)) if whitened else float("nan")
+
+
 def run_case(
     estimator_fn: Any,
     proto: Mechanism,
@@ -233,4 +269,5 @@ def run_case(
                        **options)
     k = model.coordinate_index(CRANK)
     m = all_metrics(res, truth, k, dt)
+    m["reading_residual"] = reading_residual(res, model, sensors, readings, dt)
     return (m, res) if return_result else m

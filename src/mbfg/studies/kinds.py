@@ -354,13 +354,17 @@ register_kind(
 ESTIMATE_METRICS = ("pos_rmse", "pos_rmse_after", "vel_rmse", "vel_rmse_after", "acc_rmse",
                     "acc_rmse_after", "smoothed_pos_rmse", "smoothed_pos_rmse_after",
                     "smoothed_vel_rmse", "smoothed_vel_rmse_after", "smoothed_acc_rmse",
-                    "smoothed_acc_rmse_after", "coverage_2sigma", "ms_per_step")
+                    "smoothed_acc_rmse_after", "coverage_2sigma", "reading_residual",
+                    "ms_per_step")
 """Metrics of ``estimate``: RMSE of the ``coordinate`` (position, rate, acceleration; whole run
 and after ``after`` seconds) of the causal estimate and, for estimators that smooth, of the
 smoothed one; ``coverage_2sigma``, the fraction of the steps after
 :data:`~mbfg.benchmarking.estimation_review.COVERAGE_AFTER` at which the estimator's reported
 2-sigma band of the coordinate holds the truth (NaN without a reported standard deviation: the
-factor-graph estimators report one with ``covariance: true``); CPU ms per step (timing)."""
+factor-graph estimators report one with ``covariance: true``); ``reading_residual``, the RMS of
+the readings' residuals against the causal estimate after that time, in units of each sensor's
+sigma (:func:`~mbfg.benchmarking.estimation_review.reading_residual`: a check that needs no
+truth); CPU ms per step (timing)."""
 
 
 def _prepare_estimate(settings: dict, context: Any) -> dict:
@@ -418,7 +422,7 @@ def _prototype_motion(text: str, overrides: tuple, t_end: float, dt: float) -> t
 def _estimate_case(case: Case) -> CaseOutput:
     import dataclasses
 
-    from mbfg.benchmarking.estimation_review import all_metrics, thin_readings
+    from mbfg.benchmarking.estimation_review import all_metrics, reading_residual, thin_readings
     from mbfg.estimation.registry import estimate, estimator
     from mbfg.loader import parse_sensors
     from mbfg.model import kinematics as K
@@ -449,6 +453,7 @@ def _estimate_case(case: Case) -> CaseOutput:
     # (estimate() refuses non-finite estimates itself)
     k = model.coordinate_index(s["coordinate"])
     m = all_metrics(res, truth, k, s["dt"], s["after"], angle=k in set(model.angle_coords))
+    m["reading_residual"] = reading_residual(res, model, sensors, readings, s["dt"])
     arrays = {**_arrays(res), "truth_q": q, "truth_qd": qd, "truth_qdd": qdd,
               "coords": np.array(model.coordinate_names)}
     return CaseOutput(m, arrays)
