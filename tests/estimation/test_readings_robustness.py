@@ -254,9 +254,14 @@ def test_batch_smoother_converges_across_a_gap(gap_case, setup):
     assert err["gap"] < 2.0 * err["every"], err
 
 
-def test_online_estimator_crosses_a_gap(gap_case):
-    """fg-online keeps the gap's steps in its window until readings after the gap have
-    re-solved them: 1 s after a 2 s gap of an encoder it is within 2x of its gap-free error."""
+@pytest.mark.parametrize("hold_gaps", [False, True])
+def test_online_estimator_crosses_a_gap(gap_case, hold_gaps):
+    """fg-online marginalizes a gap's steps at their prediction (or, ``hold_gaps``, keeps
+    them in its window until readings after the gap have re-solved them): 1 s after a 2 s
+    gap it is within 2x of its gap-free error, and its reported uncertainty grew through
+    the gap.  (With the coupler gyroscope this gap, from 1 s to 3 s, falls in the transient
+    before the weight error is learned, and both ways take longer; the 4 s gap of
+    benchmarks/estimation_conditions.py starts at 2 s.)"""
     model, q0, truth, cases = gap_case
     sensors, every, gap = cases["encoder"]
     k = model.coordinate_index(CRANK)
@@ -264,11 +269,12 @@ def test_online_estimator_crosses_a_gap(gap_case):
     err = {}
     for name, readings in (("every", every), ("gap", gap)):
         res = mbfg.estimate(model, sensors, readings, DT, len(truth[0]), method="fg-online",
-                            q0=q0, qd0=np.zeros(model.n), covariance=True)
+                            q0=q0, qd0=np.zeros(model.n), covariance=True,
+                            hold_gaps=hold_gaps)
         e = wrap_angle(res.q[i0:, k] - truth[1][i0:, k])
         err[name] = float(np.sqrt(np.mean(e ** 2)))
     assert err["gap"] < 2.0 * err["every"], err
-    # the reported uncertainty grows through the gap (steps solved alone propagate it)
+    # the reported uncertainty grows through the gap (the prediction propagates it)
     j = list(res.stats["indices"]).index(k)
     before, end = int(round(GAP[0] / DT)) - 1, int(round(GAP[1] / DT)) - 1
     assert res.z_std[end, j] > 3.0 * res.z_std[before, j]
