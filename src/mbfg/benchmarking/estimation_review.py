@@ -217,20 +217,18 @@ def reading_residual(result: Any, model: Mechanism, sensors: Sequence[Sensor],
     dt : float
         Time step [s].
     """
+    from mbfg.factors.sensors import observation_residual
+    from mbfg.model.sensors import finite_readings
     i0 = int(round(after / dt))
-    est = (np.asarray(result.q), np.asarray(result.qd), np.asarray(result.qdd))
+    T = len(result.q)
     whitened = []
-    for s, (steps, values) in zip(sensors, readings):
-        steps = np.asarray(steps, int)
-        keep = (steps >= i0) & (steps < len(est[0]))
-        steps, values = steps[keep], np.asarray(values, float).reshape(len(keep), -1)[keep]
-        if not steps.size:
-            continue
-        d = values - s.measure(model, *(x[steps] for x in est))
-        if s.angular:
-            d = wrap_angle(d)
-        d = d[np.isfinite(d)] / s.sigma
-        whitened.append(d.ravel())
+    for s, (steps, values) in zip(sensors, finite_readings(sensors, readings, "skip")[0]):
+        keep = (steps >= i0) & (steps < T)
+        if keep.any():
+            p = {"q": result.q[steps[keep]], "v": result.qd[steps[keep]],
+                 "a": result.qdd[steps[keep]]}
+            e, _ = observation_residual(model, s, values[keep])(p, False)
+            whitened.append(e.ravel() / s.sigma)
     return _rmse(np.concatenate(whitened)) if whitened else float("nan")
 
 
