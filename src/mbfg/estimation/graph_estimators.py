@@ -127,7 +127,7 @@ def estimate_online(
     covariance: bool = False,
     progress: Callable | None = None,
     robust: str | None = None,
-    hold_gaps: bool = False,
+    hold_gaps: bool = True,
 ) -> EstimationResult:
     """Fixed-lag factor-graph estimator (see the module docstring).
 
@@ -147,22 +147,20 @@ def estimate_online(
         ``window`` times the median number of steps between steps that have a reading (an
         encoder read every 4th step: 4 x ``window`` steps), so that it always holds about
         ``window`` readings (:func:`window_steps`; ``stats["window"]`` is the length used).
-        A gap in the readings does not lengthen it: the gap's steps leave the window one by
-        one, each marginalized at the prediction (as a filter propagates through a gap; the
-        marginal prior keeps its information on the constraint manifold's tangent space, so
-        the readings after the gap move the estimate freely along it).
+        A step leaves the window only when ``window`` readings after it have been solved
+        with it: a gap in the readings stays in the window (its steps solved one by one, the
+        step before held, so the uncertainty grows through the gap) until ``window``
+        readings after the gap have arrived; the whole gap is then re-solved with them and
+        leaves at once (``informative`` of :class:`~mbfg.solvers.smoother.FixedLagSmoother`).
     hold_gaps : bool
-        Instead keep a gap in the window until ``window`` readings after it have been solved
-        with it (its steps solved one by one, the step before held), then re-solve the whole
-        gap with them and let it leave at once (``informative`` of
-        :class:`~mbfg.solvers.smoother.FixedLagSmoother`).  That re-solve rarely converges
-        after a long gap (the readings after it are far from the prediction), and the gap
-        then leaves at its prediction anyway, with the solve's cost.  After a 4 s gap on the
-        review four-bar (seeds 300-303) the default is within x1.07 / x1.26 / x1.89 of its
-        gap-free error 1-4 s after the gap (encoder / coupler gyroscope / crank gyroscope),
-        ``hold_gaps`` within x1.05 / x1.37 / x2.57; with readings at regular intervals the
-        two are the same.  :func:`estimate_batch` starts from an online pass with
-        ``hold_gaps``, from which its whole-recording solve converges across such gaps.
+        False: a gap does not lengthen the window; its steps leave one by one, each
+        marginalized at the prediction, as a filter propagates through a gap.  Neither way
+        is better everywhere (benchmarks/estimation_generated.py --gap): after a 2 / omega_c
+        gap a generated six-bar is 6x worse without holding (1.4e-3 against 2.2e-4 of its
+        length, at 1 cm and at 4 m alike) and a five-bar 1.6x better; after the 4 s gap of the
+        review four-bar (seeds 300-303) without holding is within x1.07 / x1.26 / x1.89 of the
+        gap-free error (encoder / coupler gyroscope / crank gyroscope), holding within
+        x1.05 / x1.37 / x2.57.  With readings at regular intervals the two are the same.
     settings : EstimatorSettings, optional
         Default: :func:`~mbfg.graphs.estimation.scaled_settings` of ``model`` and ``dt``,
         noise and priors derived from the mechanism's scales, with an unknown weight error
