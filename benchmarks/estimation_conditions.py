@@ -61,6 +61,7 @@ def crank_errors(model, res, truth, crank):
 def main(argv=None):
     import mbfg
     from mbfg.benchmarking import estimation_review as ER
+    from mbfg.estimation import estimator
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="number of seeds (from 300)")
@@ -91,11 +92,15 @@ def main(argv=None):
                                   sensors, dt, s) for s in seeds}
         for name in args.estimators.split(","):
             kind = "fg" if name.startswith("fg") else "filter"
+            est = estimator(name)
+            # an estimator without the protection option (the particle filter) gets no
+            # "protected" column rather than an unknown keyword
+            protection = {k: v for k, v in PROTECTION[kind].items() if est.accepts(k)}
             rows: dict = {}
             for seed in seeds:
-                for cond, rd in list(per_seed[seed].items()) + [("protected",
-                                                                 per_seed[seed]["outliers"])]:
-                    opts = PROTECTION[kind] if cond == "protected" else {}
+                extra = [("protected", per_seed[seed]["outliers"])] if protection else []
+                for cond, rd in list(per_seed[seed].items()) + extra:
+                    opts = protection if cond == "protected" else {}
                     try:
                         res = mbfg.estimate(model, sensors, rd, dt, len(t), method=name, q0=q0,
                                             qd0=np.zeros(model.n), **opts)
@@ -113,6 +118,8 @@ def main(argv=None):
                         np.max(vals) if vals else np.nan, fails)
 
             def cell(cond, ref=None):
+                if cond not in rows:
+                    return "no option"
                 mean, worst, fails = rmse(cond)
                 txt = f"{mean:.4f} ({worst:.4f})"
                 if ref is not None:

@@ -126,7 +126,7 @@ def test_cli_refuses_mismatched_sensors_with_one_line(case, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, words", [
     (["--method", "ekf", "--robust", "huber"], ("--robust", "factor-graph")),
-    (["--method", "fg-online", "--gate", "0.999"], ("--gate", "Kalman")),
+    (["--method", "fg-online", "--gate", "0.999"], ("--gate", "filter")),
     (["--method", "ekf", "--gate", "1.5"], ("gate", "(0, 1)")),
 ])
 def test_cli_outlier_options_are_checked(case, tmp_path, capsys, argv, words):
@@ -161,16 +161,18 @@ def _with_outliers(case, fraction=0.02, size=100.0, seed=5):
 @pytest.mark.parametrize("method, option", [("fg-online", {"robust": "huber"}),
                                             ("fg-online", {"robust": "cauchy"}),
                                             ("ekf", {"gate": 0.9999}),
-                                            ("ukf", {"gate": 0.9999})])
+                                            ("ukf", {"gate": 0.9999}),
+                                            ("pf", {"gate": 0.9999})])
 def test_outliers_are_rejected(case, method, option):
     """100-sigma outliers on 2 % of the readings: without protection the error grows several
-    times; with the robust loss or the gate it stays within 1.3x the clean run's."""
+    times (the particle filter's, whose noise adaptation and restarts absorb part of them,
+    1.5 times); with the robust loss or the gate it stays within 1.3x the clean run's."""
     model, truth = case[0], case[2]
     noisy = _with_outliers(case)
     clean = _rmse(model, _run(case, method), truth)
     plain = _rmse(model, _run(case, method, noisy), truth)
     protected = _run(case, method, noisy, **option)
-    assert plain > 3 * clean
+    assert plain > (1.5 if method == "pf" else 3.0) * clean
     assert _rmse(model, protected, truth) < 1.3 * clean
     if "gate" in option:
         assert protected.stats["rejected_readings"] > 0

@@ -435,8 +435,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     check_window(window, t.size, what=f" (rows of {args.readings})")
     settings = _estimator_settings(args, mech, est)
     for option, value, kind in (("robust", args.robust, "a factor-graph --method (fg-*)"),
-                                ("gate", args.gate, "a Kalman-filter --method (ekf, ekf_fe, "
-                                                    "dekf, ukf)")):
+                                ("gate", args.gate, "a filter --method (ekf, ekf_fe, dekf, "
+                                                    "ukf, pf)")):
         if value is not None and not est.accepts(option):
             raise UsageError(f"--{option} needs {kind}, not {args.method}")
     options = {"window": window, "covariance": args.covariance, "settings": settings,
@@ -551,7 +551,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="robust loss on the readings against outliers (factor-graph methods)")
     e.add_argument("--gate", type=float, default=None, metavar="P",
                    help="innovation gating: reject a reading whose normalized innovation "
-                        "exceeds the chi-square quantile P, e.g. 0.9999 (Kalman filters)")
+                        "exceeds the chi-square quantile P, e.g. 0.9999 (filters: "
+                        "ekf, ekf_fe, dekf, ukf, pf)")
     e.add_argument("--seed", type=int, default=0, help="seed of the particle filter")
     _add_output_options(e, plot=False, out_help="save the estimates (.npz)")
     e.set_defaults(func=cmd_estimate)

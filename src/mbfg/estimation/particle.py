@@ -78,9 +78,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.errors import ConvergenceError, UsageError
-from mbfg.estimation.common import (applied_forces, filter_result, initial_state, innovation,
-                                    predict_readings, prepare_readings, reading_variances,
-                                    systematic_resample, weighted_mean)
+from mbfg.estimation.common import gate as _gate
+from mbfg.estimation.common import (applied_forces, check_gate, filter_result, initial_state,
+                                    innovation, predict_readings, prepare_readings,
+                                    reading_variances, systematic_resample, weighted_mean)
 from mbfg.model.dynamics import independent_state
 from mbfg.model.forces import force_function
 from mbfg.model.identification import characteristic_rate
@@ -226,7 +227,30 @@ def _proposal(model, sensors, avail, st, zd, f, sig, sa2, dt, coef=None):
     mean = np.einsum("pdl,pl->pd", K, r)
     P = sa2[:, :, None] * np.eye(sa2.shape[1])[None] - np.einsum("pdl,plj->pdj", K, HS)
     nis = np.einsum("pk,pkl,pl->p", r, Sinv, r)
-    return mean, P, nis, var, ang, o
+    return mean, P, nis, var, ang, o, r, S
+
+
+def _gate_readings(prop, wprior, sensors, avail, probability):
+    """The ``(index, values)`` pairs of ``avail`` that pass innovation gating against the
+    particles' predictive distribution: innovations r (N, k) and covariances S (N, k, k) of
+    :func:`_proposal` (``prop``), mixed with the prior weights ``wprior`` (N,) into a mean
+    and a covariance (law of total covariance)."""
+    r, S = prop[6], prop[7]
+    w = np.where(np.isfinite(wprior) & np.all(np.isfinite(r), axis=1), wprior, 0.0)
+    if not w.sum() > 0.0:
+        return avail
+    w = w / w.sum()
+    use = w > 0.0
+    ybar = w[use] @ r[use]
+    D = r[use] - ybar
+    C = (w[use, None] * D).T @ D + np.einsum("p,pkl->kl", w[use], S[use])
+    keep = _gate(ybar, C, sensors, avail, probability)
+    out, row = [], 0
+    for a in avail:
+        if keep[row]:
+            out.append(a)
+        row += sensors[a[0]].dim
+    return out
 
 
 def _gauss_logpdf(x, mean, cov):
@@ -251,7 +275,7 @@ def _initial_rates(model, sensors, avail, st, zd, logw, zds, sig, dt, rng, idx, 
         zd = np.zeros_like(zd)
         zds = np.full(d, bound / math.sqrt(3.0))
     v2 = np.asarray(zds, float) ** 2
-    mean, P, _, _, _, _ = _proposal(model, sensors, avail, st, zd, st.zdd, sig, v2, dt,
+    mean, P, *_ = _proposal(model, sensors, avail, st, zd, st.zdd, sig, v2, dt,
                                     coef=(0.0, 1.0, 0.0))
     L = np.linalg.cholesky(0.5 * (P + np.swapaxes(P, -1, -2)))
     delta = mean + np.einsum("pij,pj->pi", L, rng.normal(size=(M, d)))
@@ -295,6 +319,7 @@ def particle_filter(
     adapt: bool | None = None,
     regularize: bool = True,
     max_restarts: int = 2,
+    gate: float | None = None,
     indices: ArrayLike | None = None,
     forces: ForceInput | None = None,
 ) -> EstimationResult:
@@ -351,6 +376,14 @@ def particle_filter(
         ``init="gaussian"`` only).
     regularize : bool
         Regularized resampling while the branch is undecided (``init="uniform"``).
+    gate : float in (0, 1), optional
+        Innovation gating, as the Kalman filters' (:func:`mbfg.estimation.common.gate`): a
+        sensor's reading whose normalized innovation squared against the particles'
+        predictive distribution (prior-weighted mean and covariance of the innovations plus
+        each particle's linearized S) exceeds the chi-square quantile of ``gate`` is left out
+        (``stats["rejected_readings"]`` counts the rows).  A step whose readings are all
+        rejected counts for the mode-loss monitor as an unexplained one, so gating cannot
+        hide a lost mode for more than ``patience`` readings.  Default None: no gating.
 
     Returns
     -------
@@ -360,7 +393,7 @@ def particle_filter(
         ``population`` (T,), ``resamples``, ``restarts`` (steps), ``nis_min`` (T,) (the
         best particle's normalized innovation squared, nan without readings),
         ``unassembled`` (T,), ``noise_factor`` (T,) (the adaptation's factor on sigma_a),
-        ``sigma_a``, ``branch_probability`` (with ``true_branch``), ``branch_points``,
+        ``rejected_readings``, ``sigma_a``, ``branch_probability`` (with ``true_branch``), ``branch_points``,
         ``n_particles``.
 
     Raises
@@ -373,6 +406,7 @@ def particle_filter(
     """
     t0 = time.perf_counter()
     n_steps = int(n_steps)
+    gate = check_gate(gate)
     rng = np.random.default_rng(seed)
     sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)
     qa, idx, zd0 = initial_state(model, q0, qd0, indices)
@@ -467,7 +501,7 @@ def particle_filter(
     lost_t = np.zeros(n_steps, int)
     infl_t = np.ones(n_steps)
     population = np.empty(n_steps, int)
-    n_res, restarts, unexplained, last_good = 0, [], 0, -1
+    n_res, restarts, unexplained, last_good, n_rejected = 0, [], 0, -1, 0
     adapt2, eps_bar = 1.0, 1.0
     decided = False
     z_prev = q0a[idx].copy()
@@ -479,7 +513,8 @@ def particle_filter(
                  "proposal": proposal, "p_branch_plus": p_plus[:upto], "ess": ess_t[:upto],
                  "nis_min": nis_t[:upto], "unassembled": lost_t[:upto],
                  "noise_factor": infl_t[:upto], "resamples": n_res, "restarts": tuple(restarts),
-                 "population": population[:upto], "branch_points": pts, "model_branch": b0}
+                 "population": population[:upto], "branch_points": pts, "model_branch": b0,
+                 "rejected_readings": n_rejected}
         if true_branch is not None:
             tb = int(np.sign(true_branch))
             stats["branch_probability"] = p_plus[:upto] if tb > 0 else 1.0 - p_plus[:upto]
@@ -513,9 +548,21 @@ def particle_filter(
             sa2k = adapt2 * (sa2[None] + (0.0 if sigma_a is not None
                                                 else (model_error * f0) ** 2))
             sa2k = np.broadcast_to(sa2k, (M, d))
+            prop = _proposal(model, sensors, avail, sp, zdp, fp, sig, sa2k, dt) if avail else None
+            if (prop is not None and gate is not None and wprior is not None
+                    and not (restarts and k - restarts[-1] <= patience)):
+                # (not right after a restart: its fresh cloud is no reference yet)
+                kept = _gate_readings(prop, wprior, sensors, avail, gate)
+                if len(kept) < len(avail):
+                    n_rejected += sum(sensors[i].dim for i, _ in avail) - sum(
+                        sensors[i].dim for i, _ in kept)
+                    avail = kept
+                    prop = _proposal(model, sensors, avail, sp, zdp, fp, sig, sa2k,
+                                     dt) if avail else None
+                    if not avail:          # every reading rejected: counts for the monitor
+                        unexplained += 1
             if avail and proposal == "optimal":
-                mean, P, nis, _, _, _ = _proposal(model, sensors, avail, sp, zdp, fp, sig, sa2k,
-                                                  dt)
+                mean, P, nis = prop[:3]
                 P = 0.5 * (P + np.swapaxes(P, -1, -2))
                 L = np.linalg.cholesky(P)
                 wnoise = mean + np.einsum("pij,pj->pi", L, rng.normal(size=(M, d)))
@@ -525,8 +572,7 @@ def particle_filter(
                 wnoise = np.sqrt(sa2k) * rng.normal(size=(M, d))
                 log_ratio = 0.0
                 if avail:
-                    _, _, nis, _, _, _ = _proposal(model, sensors, avail, sp, zdp, fp, sig,
-                                                   sa2k, dt)
+                    nis = prop[2]
             z = zp + 0.5 * dt * dt * wnoise
             zd = zdp + dt * wnoise
             q, ok = solve_positions_batch(model, qp + np.einsum("pij,pj->pi", sp.R,
@@ -579,6 +625,7 @@ def particle_filter(
                 raise exc
             restarts.append(k)
             unexplained = 0
+            avail = per_step[k]          # a restart doubts the cloud, not this step's readings
             Qk = applied_forces(Qfun, tk, None, idx, n, M)
             if init == "uniform":
                 # a global restart: the whole turn, both branches, rates up to the bound or
