@@ -16,6 +16,7 @@ Printed per setup and estimator: mean crank-angle RMSE over the seeds, the worst
 the ratio to the ``every`` condition.  Seeds 300.. were never used for tuning anything.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/estimation_conditions.py [--seeds 3] [--t-end 10]
+        [--estimators fg-online,ekf] [--setups encoder] [--set hold_gaps=false]
 """
 from __future__ import annotations
 
@@ -68,7 +69,17 @@ def main(argv=None):
     ap.add_argument("--t-end", type=float, default=10.0, help="horizon [s] (> 7)")
     ap.add_argument("--estimators", default=",".join(ESTIMATORS))
     ap.add_argument("--setups", default="encoder,gyro-coupler,gyro-crank")
+    ap.add_argument("--set", action="append", default=[], metavar="OPTION=VALUE",
+                    help="an estimator option for every run, e.g. hold_gaps=false (the value "
+                         "read as YAML); repeatable")
     args = ap.parse_args(argv)
+    import yaml
+    fixed = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            ap.error(f"--set needs OPTION=VALUE, got {item!r}")
+        fixed[key.strip()] = yaml.safe_load(value)
     warnings.simplefilter("ignore")
     dt = 0.005
     proto, model, q0 = ER.review_fourbar()
@@ -100,7 +111,7 @@ def main(argv=None):
             for seed in seeds:
                 extra = [("protected", per_seed[seed]["outliers"])] if protection else []
                 for cond, rd in list(per_seed[seed].items()) + extra:
-                    opts = protection if cond == "protected" else {}
+                    opts = {**fixed, **(protection if cond == "protected" else {})}
                     try:
                         res = mbfg.estimate(model, sensors, rd, dt, len(t), method=name, q0=q0,
                                             qd0=np.zeros(model.n), **opts)

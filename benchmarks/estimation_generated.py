@@ -9,8 +9,9 @@ runs the same mechanism with gravity 10 % weak.  Printed: the point coordinates'
 mechanism's length, max |Phi_i| / scale_i of the estimate, and ms per step; ``--compare`` also
 runs it without :meth:`ObservedProblem.marginal_projector` (the prior before 2026-11-28).
 ``--gap``: no reading over [2, 4] / omega_c; the RMSE is then over [5, 6] / omega_c, for the
-run without the gap, with ``hold_gaps=False`` (the gap's steps leave the window at their
-prediction) and with the default ``hold_gaps=True`` (the gap kept in the window and re-solved).
+run without the gap, with the default ``hold_gaps=False`` (the window slides through the gap,
+its steps leaving at their prediction) and with ``hold_gaps=True`` (the gap kept in the window
+and re-solved).
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/estimation_generated.py [--compare | --gap]
 """
@@ -96,7 +97,7 @@ def main(argv=None):
         rule += "---|---|---|"
     if args.gap:
         head = head.replace("RMSE / l", "no gap: late RMSE / l") + (
-            " gap, not held: late RMSE / l | max Phi/scale | ms/step | gap, held (default): "
+            " gap, sliding (default): late RMSE / l | max Phi/scale | ms/step | gap, held: "
             "late RMSE / l | max Phi/scale | ms/step |")
         rule += "---|---|---|---|---|---|"
     print(head + "\n" + rule)

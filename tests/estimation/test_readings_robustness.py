@@ -282,7 +282,7 @@ def test_online_estimator_crosses_a_gap(gap_case, hold_gaps):
     assert res.z_std[end, j] > 3.0 * res.z_std[before, j]
 
 
-def _smoother_run(model, q0, sensors, readings, n, informative):
+def _smoother_run(model, q0, sensors, readings, n, informative, hold=True, record=False):
     from mbfg.graphs.estimation import ObservedProblem, scaled_settings
     from mbfg.solvers.smoother import FixedLagSmoother
     est = scaled_settings(model, DT)
@@ -292,14 +292,40 @@ def _smoother_run(model, q0, sensors, readings, n, informative):
                           absolute_tolerance=est.accept_decrease, reselect=None,
                           on_failure="best",
                           informative=problem.informative_steps if informative else None,
-                          min_informative=10)
+                          min_informative=10, hold=hold)
     sm.initialize(q0, np.zeros(model.n))
-    lengths, left = [], []
+    lengths, left, windows = [], [], []
     for _ in range(1, n):
         sm.advance()
         lengths.append(sm.W.shape[0])
         left.append(len(sm.left))
+        if record:
+            windows.append((sm.first, sm.W.copy()))
+    if record:
+        return sm, np.array(lengths), windows
     return sm, np.array(lengths), np.array(left)
+
+
+def test_a_gap_not_held_slides_and_predicts_only_the_newest_step(gap_case):
+    """``hold=False``: the window keeps its length through a gap; once it holds no reading,
+    each advance predicts the new step and leaves the older rows where they were (re-solving
+    them would only move them by the integrator's residual, which the marginal prior would
+    carry on, step after step)."""
+    model, q0, truth, cases = gap_case
+    sensors, every, gap = cases["encoder"]
+    n = int(round(GAP[1] / DT)) + 20
+    sm, lengths, windows = _smoother_run(model, q0, sensors, gap, n, True, hold=False,
+                                         record=True)
+    assert lengths.max() == 10
+    start, stop = int(round(GAP[0] / DT)), int(round(GAP[1] / DT))
+    silent = 0
+    for (f0, W0), (f1, W1) in zip(windows, windows[1:]):
+        if f1 == f0 + 1 and start <= f1 and f1 + W1.shape[0] - 1 < stop:
+            assert np.array_equal(W1[:-1], W0[1:]), f1
+            silent += 1
+    assert silent > 0.8 * (stop - start)
+    steps = [j for j, _ in sm.history] + list(range(sm.first, sm.first + sm.W.shape[0]))
+    assert steps == list(range(n))
 
 
 def test_a_gap_stays_in_the_window_and_leaves_at_once(gap_case):

@@ -127,7 +127,7 @@ def estimate_online(
     covariance: bool = False,
     progress: Callable | None = None,
     robust: str | None = None,
-    hold_gaps: bool = True,
+    hold_gaps: bool = False,
 ) -> EstimationResult:
     """Fixed-lag factor-graph estimator (see the module docstring).
 
@@ -147,20 +147,23 @@ def estimate_online(
         ``window`` times the median number of steps between steps that have a reading (an
         encoder read every 4th step: 4 x ``window`` steps), so that it always holds about
         ``window`` readings (:func:`window_steps`; ``stats["window"]`` is the length used).
-        A step leaves the window only when ``window`` readings after it have been solved
-        with it: a gap in the readings stays in the window (its steps solved one by one, the
-        step before held, so the uncertainty grows through the gap) until ``window``
-        readings after the gap have arrived; the whole gap is then re-solved with them and
-        leaves at once (``informative`` of :class:`~mbfg.solvers.smoother.FixedLagSmoother`).
+        Through a gap in the readings the window slides on (``hold_gaps=False``, the
+        default): the gap's steps leave one by one, each marginalized at the model's
+        prediction, as a filter propagates through a gap, and a window that holds no reading
+        at all only predicts its newest step (the older rows stay where they were; the
+        uncertainty grows through the gap).
     hold_gaps : bool
-        False: a gap does not lengthen the window; its steps leave one by one, each
-        marginalized at the prediction, as a filter propagates through a gap.  Neither way
-        is better everywhere (benchmarks/estimation_generated.py --gap): after a 2 / omega_c
-        gap a generated six-bar is 6x worse without holding (1.4e-3 against 2.2e-4 of its
-        length, at 1 cm and at 4 m alike) and a five-bar 1.6x better; after the 4 s gap of the
-        review four-bar (seeds 300-303) without holding is within x1.07 / x1.26 / x1.89 of the
-        gap-free error (encoder / coupler gyroscope / crank gyroscope), holding within
-        x1.05 / x1.37 / x2.57.  With readings at regular intervals the two are the same.
+        True: a step leaves the window only when ``window`` readings after it have been
+        solved with it: a gap stays in the window (its steps solved one by one, the step
+        before held) until ``window`` readings after it have arrived; the whole gap is then
+        re-solved with them and leaves at once (``informative`` of
+        :class:`~mbfg.solvers.smoother.FixedLagSmoother`).  That re-solve rarely converges
+        after a long gap: after the review four-bar's 4 s gap (seeds 300-303) sliding is
+        within x1.05 / x1.27 / x1.43 of the gap-free error (encoder / coupler gyroscope /
+        crank gyroscope), holding x1.05 / x1.37 / x2.57; on five generated families at 1 cm
+        and at 4 m (benchmarks/estimation_generated.py --gap) the two agree to 1 % after a
+        2 / omega_c gap (the six-bar's sliding window costs half as much per step).  With
+        readings at regular intervals the two are the same.
     settings : EstimatorSettings, optional
         Default: :func:`~mbfg.graphs.estimation.scaled_settings` of ``model`` and ``dt``,
         noise and priors derived from the mechanism's scales, with an unknown weight error
@@ -193,8 +196,9 @@ def estimate_online(
                            relative_tolerance=est.relative_tolerance,
                            absolute_tolerance=est.accept_decrease, reselect=None,
                            on_failure="best",
-                           informative=problem.informative_steps if hold_gaps else None,
-                           min_informative=readings_in_window, elimination="cholesky")
+                           informative=problem.informative_steps,
+                           min_informative=readings_in_window, elimination="cholesky",
+                           hold=hold_gaps)
     causal = np.empty((N, lay.dim))
     covs = np.empty((N, lay.dim, lay.dim)) if covariance else None
     sm.initialize(q0, qd0)

@@ -378,8 +378,18 @@ class FixedLagSmoother:
         after the gap then re-solves the whole gap with it, from the marginal before the gap,
         instead of trusting a Gaussian prior linearized at a prediction that has drifted for
         the whole gap (not for causal problems, whose steps the past determines).
+        With ``hold=False`` a gap does not lengthen the window: its steps leave one by one,
+        each marginalized at its prediction, as a filter propagates through a gap; a window
+        that holds no informative step at all is not re-solved either, only its newest step
+        is (:meth:`_solve_newest`): re-solving the older steps without a reading to fit only
+        moves them by the integrator's discretization residual, which the marginal prior
+        would then carry into the next window, step after step (a generated six-bar's
+        prediction drifted 14x further through a gap that way, and its weight-error state
+        absorbed the mismatch when the readings came back).
     min_informative : int, optional
         Default ``window``.
+    hold : bool
+        Whether a gap is held in the window (above; default True).
     elimination : "qr" or "cholesky"
         How gtsam eliminates a window's Gauss-Newton system: sparse QR of the whitened
         Jacobian (``EliminateQR``, default), or Cholesky of its normal equations (gtsam's
@@ -399,7 +409,8 @@ class FixedLagSmoother:
                  relative_tolerance: float = 1e-6, absolute_tolerance: float = 1e-8,
                  step_tolerance: float | None = None, reselect: float | None = 0.9,
                  on_failure: str = "raise", informative: ArrayLike | None = None,
-                 min_informative: int | None = None, elimination: str = "qr"):
+                 min_informative: int | None = None, elimination: str = "qr",
+                 hold: bool = True):
         if not isinstance(problem, SmootherProblem):
             raise TypeError(f"{type(problem).__name__} does not offer the SmootherProblem "
                             f"interface (layout, settings, pack, initial_priors, "
@@ -432,6 +443,7 @@ class FixedLagSmoother:
         if self.informative is not None:  # informative steps before each step, for counts
             self._informative_cum = np.concatenate([[0], np.cumsum(self.informative)])
         self.min_informative = int(window if min_informative is None else min_informative)
+        self.hold = bool(hold)
         self._set_problem(problem)
         # statistics
         self.iterations = 0
@@ -636,6 +648,9 @@ class FixedLagSmoother:
                 and self._informative_count(W.shape[0] - self.window, W.shape[0]) \
                 < self.min_informative:
             self._solve_newest()
+        elif (self.informative is not None and not self.hold and W.shape[0] > 1
+              and self._informative_count(0, W.shape[0]) == 0):
+            self._solve_newest()  # nothing in the window to fit: predict the newest step
         else:
             self._solve()
             self._check_coordinates()
@@ -655,7 +670,7 @@ class FixedLagSmoother:
         """How many of the oldest rows leave a window of L rows (the new step included)."""
         if L <= self.window:
             return 0
-        if self.informative is None:
+        if self.informative is None or not self.hold:
             return 1
         newest = self.first + L - 1
 
