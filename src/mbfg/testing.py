@@ -255,6 +255,78 @@ def random_mechanism(family: str, seed: int, *, length: float | None = None,
                               name=name)
 
 
+@dataclass(frozen=True)
+class WatchedMechanism:
+    """A generated mechanism, its simulated truth and synthesized readings
+    (:func:`watched_mechanism`).
+
+    Attributes
+    ----------
+    proto : Mechanism
+        The prototype (the truth's mechanism).
+    model : Mechanism
+        The estimator's model: the prototype with gravity ``gravity_factor`` times its own.
+    sensors : SensorSet
+        A marker on every moving point (sigma 3e-3 ell) and a gyroscope on body 0 (sigma
+        1e-2 omega_c).
+    readings : list of Readings
+        Noisy readings at every step, without those inside the gap if one was asked for.
+    truth : ReferenceSolution
+        DOP853 at rtol 1e-10, atol 1e-10 ell (``t``, ``q``, ``qd``, ``qdd``).
+    dt : float
+        0.02 / omega_c [s].
+    omega_c : float
+        sqrt(|g| / ell) [1/s].
+    ell : float
+        The characteristic length [m] (:func:`mbfg.model.scales.mechanism_scales`).
+    points : (k,) int
+        The point coordinates (indices into q).
+    """
+    proto: Mechanism
+    model: Mechanism
+    sensors: object
+    readings: list
+    truth: object
+    dt: float
+    omega_c: float
+    ell: float
+    points: np.ndarray
+
+
+def watched_mechanism(family: str, seed: int, *, length: float, mass: float,
+                      span: float = 6.0, gap: tuple | None = None, noise_seed: int = 5,
+                      gravity_factor: float = 0.9) -> WatchedMechanism:
+    """A generated mechanism released from rest and watched by sensors, for estimation tests
+    and benchmarks on mechanisms nobody tuned on.
+
+    Times are in units of 1 / omega_c, so the set-up is the same at every scale: the truth
+    runs over ``span`` / omega_c at dt = 0.02 / omega_c; ``gap`` = (a, b): no reading at
+    all over [a, b) / omega_c.  Readings are drawn with ``noise_seed``; the model's gravity
+    is ``gravity_factor`` times the prototype's (a weight error to estimate)."""
+    import dataclasses
+
+    from mbfg.model.integrate import integrate_reference
+    from mbfg.model.scales import mechanism_scales
+    from mbfg.model.sensors import Gyroscope, Marker, Readings, SensorSet
+    proto = random_mechanism(family, seed, length=length, mass=mass).load()
+    ell = mechanism_scales(proto).length
+    wc = float(np.sqrt(np.hypot(*proto.gravity) / ell))
+    dt = 0.02 / wc
+    truth = integrate_reference(proto, span / wc, dt, rtol=1e-10, atol=1e-10 * ell)
+    pc = np.asarray(proto.point_coords, int)
+    moving = [i for i in range(pc.shape[0]) if np.all(pc[i] >= 0)]
+    sensors = SensorSet([Marker(point=p, sigma=3e-3 * ell) for p in moving]
+                        + [Gyroscope(body=0, sigma=1e-2 * wc)])
+    readings = sensors.synthesize(proto, truth.t, truth.q, truth.qd, truth.qdd,
+                                  rng=np.random.default_rng(noise_seed))
+    if gap is not None:
+        keep = [(r.steps * dt * wc < gap[0]) | (r.steps * dt * wc >= gap[1]) for r in readings]
+        readings = [Readings(r.steps[k], r.values[k]) for r, k in zip(readings, keep)]
+    model = dataclasses.replace(proto, gravity=tuple(gravity_factor * g for g in proto.gravity))
+    return WatchedMechanism(proto, model, sensors, readings, truth, dt, wc, ell,
+                            np.unique(pc[pc >= 0]))
+
+
 def random_mechanisms(count: int, seed: int, families: tuple = FAMILIES) -> list:
     """``count`` random mechanisms cycling through ``families``, at random scales.
 
@@ -831,5 +903,6 @@ def random_identification_case(family: str, seed: int, *, length: float, mass: f
 __all__ = [
     "numerical_jacobian", "jacobian_error", "check_jacobian", "random_assembled_state",
     "GeneratedMechanism", "random_mechanism", "random_mechanisms", "pendulum_chain_yaml",
-    "IdentificationCase", "random_identification_case"
+    "IdentificationCase", "random_identification_case", "WatchedMechanism",
+    "watched_mechanism"
 ]
