@@ -52,7 +52,9 @@ Mode loss.  For every reading the normalized innovation squared of each particle
 is compared with the chi-square quantile of ``1 - loss_probability``.  When not one particle
 explains ``patience`` readings in a row (or no particle assembles), the filter has lost the
 mode: it restarts, at most ``max_restarts`` times, from its initial prior (about the current
-estimate with ``init="gaussian"``; the whole turn, both branches, rates up to twice the
+estimate with ``init="gaussian"``, its rates spread by the RMS of the rates estimated so far
+and at least by the initial spread, since after a gap a lost mode's rate can be off by several
+initial spreads; the whole turn, both branches, rates up to twice the
 estimate with ``init="uniform"``, but only while the mechanism is slower than omega_c s: a
 global restart at speed locks onto wrong modes).  Otherwise it raises
 :class:`~mbfg.errors.ConvergenceError` whose ``partial`` is the result up to the last step
@@ -449,8 +451,9 @@ def particle_filter(
     from scipy.stats import chi2
     nis_limit = {}
 
-    def draw(M, zc, zdc, qc, branch_of_q0):
-        """Initial (or restart) particles: z, zd, q, ok."""
+    def draw(M, zc, zdc, qc, branch_of_q0, rate_spread=None):
+        """Initial (or restart) particles: z, zd, q, ok (``rate_spread``: the rates' spread
+        of a Gaussian draw, default ``zds0``)."""
         if branch_init == "uniform" and branch_of_q0 is None:
             B = rng.choice(np.array([-1, 1]), size=M)
         else:
@@ -470,7 +473,8 @@ def particle_filter(
             guess = qt[np.clip(np.searchsorted(zt, z[:, 0]), 0, len(zt) - 1)]
         else:
             z = zc[None] + zs0 * rng.normal(size=(M, d))
-            zd = zdc[None] + zds0 * rng.normal(size=(M, d))
+            zd = zdc[None] + (zds0 if rate_spread is None else rate_spread) * rng.normal(
+                size=(M, d))
             guess = np.broadcast_to(qc, (M, n))
         q, ok = solve_positions_batch(model, guess, idx, z)
         wrong = ok & (branch_sign(model, q, pts) != B)
@@ -502,6 +506,7 @@ def particle_filter(
     infl_t = np.ones(n_steps)
     population = np.empty(n_steps, int)
     n_res, restarts, unexplained, last_good, n_rejected = 0, [], 0, -1, 0
+    rate_sq = np.zeros(d)  # sum of the estimated rates squared (a restart's rate spread)
     adapt2, eps_bar = 1.0, 1.0
     decided = False
     z_prev = q0a[idx].copy()
@@ -641,11 +646,15 @@ def particle_filter(
                                               dt, rng, idx, Qk, bound=bound)
                     zd = st.qd[:, idx]
             else:
-                z, zd, q, ok = draw(M, z_prev, zd_prev, out_q[k - 1], bmax_prev)
+                # a local restart about the estimate; the rates spread as widely as the rates
+                # the mechanism has shown (RMS of the estimates so far), at least zds0: a
+                # lost mode's rate can be off by that much (after a gap: by several zds0)
+                spread = np.maximum(zds0, np.sqrt(rate_sq / max(k, 1)))
+                z, zd, q, ok = draw(M, z_prev, zd_prev, out_q[k - 1], bmax_prev, spread)
                 st = independent_state(model, q, idx, zd, Qk)
                 logw = np.where(ok, -np.log(M), -np.inf)
                 if avail and proposal == "optimal":
-                    st, logw = _initial_rates(model, sensors, avail, st, zd, logw, zds0, sig,
+                    st, logw = _initial_rates(model, sensors, avail, st, zd, logw, spread, sig,
                                               dt, rng, idx, Qk)
                     zd = st.qd[:, idx]
             wnoise = np.zeros((M, d))
@@ -670,6 +679,7 @@ def particle_filter(
         z_prev = zm
         zdm = w @ zd
         zd_prev = zdm
+        rate_sq = rate_sq + zdm * zdm
         zddm = w @ (st.zdd + wnoise)
         zstd[k] = np.sqrt(w @ (dz * dz))
         zdstd[k] = np.sqrt(w @ ((zd - zdm) ** 2))
