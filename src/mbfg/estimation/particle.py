@@ -52,9 +52,9 @@ Mode loss.  For every reading the normalized innovation squared of each particle
 is compared with the chi-square quantile of ``1 - loss_probability``.  When not one particle
 explains ``patience`` readings in a row (or no particle assembles), the filter has lost the
 mode: it restarts, at most ``max_restarts`` times, from its initial prior (about the current
-estimate with ``init="gaussian"``, its rates spread by the RMS of the rates estimated so far
-and at least by the initial spread, since after a gap a lost mode's rate can be off by several
-initial spreads; the whole turn, both branches, rates up to twice the
+estimate with ``init="gaussian"``, its rates spread by the initial spread or, if larger, by
+the predicted cloud's rate spread when the readings last resumed after steps without any:
+after a gap a lost mode's rate can be off by several initial spreads; the whole turn, both branches, rates up to twice the
 estimate with ``init="uniform"``, but only while the mechanism is slower than omega_c s: a
 global restart at speed locks onto wrong modes).  Otherwise it raises
 :class:`~mbfg.errors.ConvergenceError` whose ``partial`` is the result up to the last step
@@ -506,7 +506,7 @@ def particle_filter(
     infl_t = np.ones(n_steps)
     population = np.empty(n_steps, int)
     n_res, restarts, unexplained, last_good, n_rejected = 0, [], 0, -1, 0
-    rate_sq = np.zeros(d)  # sum of the estimated rates squared (a restart's rate spread)
+    resume_spread = np.zeros(d)  # the cloud's rate spread when readings last resumed
     adapt2, eps_bar = 1.0, 1.0
     decided = False
     z_prev = q0a[idx].copy()
@@ -553,6 +553,13 @@ def particle_filter(
             sa2k = adapt2 * (sa2[None] + (0.0 if sigma_a is not None
                                                 else (model_error * f0) ** 2))
             sa2k = np.broadcast_to(sa2k, (M, d))
+            if avail and not per_step[k - 1] and wprior is not None:
+                # readings resume after steps without any: the predicted cloud's rate spread
+                # (large after a gap) is what a restart must cover
+                wr = np.where(np.isfinite(wprior) & okp, wprior, 0.0)
+                if wr.sum() > 0.0:
+                    wr = wr / wr.sum()
+                    resume_spread = np.sqrt(wr @ (zdp - wr @ zdp) ** 2)
             prop = _proposal(model, sensors, avail, sp, zdp, fp, sig, sa2k, dt) if avail else None
             if (prop is not None and gate is not None and wprior is not None
                     and not (restarts and k - restarts[-1] <= patience)):
@@ -646,10 +653,10 @@ def particle_filter(
                                               dt, rng, idx, Qk, bound=bound)
                     zd = st.qd[:, idx]
             else:
-                # a local restart about the estimate; the rates spread as widely as the rates
-                # the mechanism has shown (RMS of the estimates so far), at least zds0: a
-                # lost mode's rate can be off by that much (after a gap: by several zds0)
-                spread = np.maximum(zds0, np.sqrt(rate_sq / max(k, 1)))
+                # a local restart about the estimate; its rates spread by zds0, or by the
+                # predicted cloud's rate spread when the readings last resumed, if larger
+                # (after a gap the lost mode's rate can be off by several zds0)
+                spread = np.maximum(zds0, resume_spread)
                 z, zd, q, ok = draw(M, z_prev, zd_prev, out_q[k - 1], bmax_prev, spread)
                 st = independent_state(model, q, idx, zd, Qk)
                 logw = np.where(ok, -np.log(M), -np.inf)
@@ -679,7 +686,6 @@ def particle_filter(
         z_prev = zm
         zdm = w @ zd
         zd_prev = zdm
-        rate_sq = rate_sq + zdm * zdm
         zddm = w @ (st.zdd + wnoise)
         zstd[k] = np.sqrt(w @ (dz * dz))
         zdstd[k] = np.sqrt(w @ ((zd - zdm) ** 2))
