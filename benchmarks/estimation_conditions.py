@@ -36,14 +36,14 @@ GAP = (2.0, 6.0)
 FIRST_SEED = 300
 
 
-def conditions(readings, sensors, dt, seed):
-    """name -> readings, derived from one seed's readings."""
-    from mbfg.model.sensors import Readings
+def conditions(readings, sensors, dt, seed, n_steps):
+    """name -> readings, derived from one seed's readings on a grid of ``n_steps``."""
+    from mbfg.model.sensors import Readings, without_readings
     rng = np.random.default_rng(10_000 + seed)
     out = {"every": readings,
            "50Hz": [Readings(r.steps[::4], r.values[::4]) for r in readings]}
-    keep = [(r.steps * dt < GAP[0]) | (r.steps * dt >= GAP[1]) for r in readings]
-    out["gap"] = [Readings(r.steps[k], r.values[k]) for r, k in zip(readings, keep)]
+    grid = np.arange(n_steps) * dt
+    out["gap"] = without_readings(readings, (grid >= GAP[0]) & (grid < GAP[1]))
     bad = []
     for s, r in zip(sensors, readings):
         v = r.values.copy()
@@ -100,7 +100,7 @@ def main(argv=None):
         sensors = ER.sensor_setups()[setup]
         per_seed = {s: conditions(sensors.synthesize(proto, t, q, qd, qdd,
                                                      rng=np.random.default_rng(s)),
-                                  sensors, dt, s) for s in seeds}
+                                  sensors, dt, s, len(t)) for s in seeds}
         for name in args.estimators.split(","):
             kind = "fg" if name.startswith("fg") else "filter"
             est = estimator(name)

@@ -29,8 +29,8 @@ import numpy as np
 import mbfg
 from mbfg.graphs.estimation import ObservedProblem
 from mbfg.model import constraints as C
-from mbfg.model.scales import constraint_scales, mechanism_scales
-from mbfg.testing import random_mechanism, watched_mechanism
+from mbfg.model.scales import constraint_scales
+from mbfg.testing import watched_mechanism
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info  # noqa: E402
@@ -43,17 +43,17 @@ GAP = (2.0, 4.0)
 """The readings' gap of ``--gap``, in units of 1 / omega_c."""
 
 
-def run(family: str, length: float, mass: float, projection: bool = True, gap: bool = False,
-        late: bool = False, **options) -> str:
-    """One table cell: RMSE / ell of the point coordinates (over [5, 6] / omega_c if
-    ``late``), max |Phi| / scale, ms/step; ``gap``: no reading in :data:`GAP`; ``options``
-    go to ``mbfg.estimate``."""
-    w = watched_mechanism(family, 31, length=length, mass=mass, gap=GAP if gap else None)
+def run(w, projection: bool = True, gap: bool = False, late: bool = False,
+        **options) -> str:
+    """One table cell for the :class:`~mbfg.testing.WatchedMechanism` ``w``: RMSE / ell of
+    the point coordinates (over [5, 6] / omega_c if ``late``), max |Phi| / scale, ms/step;
+    ``gap``: no reading in :data:`GAP`; ``options`` go to ``mbfg.estimate``."""
+    readings = w.readings_with_gap(*GAP) if gap else w.readings
     saved = ObservedProblem.marginal_projector
     if not projection:
         ObservedProblem.marginal_projector = None  # the smoother then keeps the full prior
     try:
-        r = mbfg.estimate(w.model, w.sensors, w.readings, w.dt, len(w.truth.t),
+        r = mbfg.estimate(w.model, w.sensors, readings, w.dt, len(w.truth.t),
                           method="fg-online", q0=w.proto.q0, qd0=np.zeros(w.proto.n), **options)
     except mbfg.MbfgError as exc:
         return f"failed ({type(exc).__name__})"
@@ -89,14 +89,14 @@ def main(argv=None):
     print(head + "\n" + rule)
     for length, mass in SCALES:
         for family in FAMILIES:
-            proto = random_mechanism(family, 31, length=length, mass=mass).load()
-            cell = functools.partial(run, family, length, mass)
+            w = watched_mechanism(family, 31, length=length, mass=mass)
+            cell = functools.partial(run, w)
             if args.gap:
                 cells = [cell(late=True), cell(gap=True, late=True, hold_gaps=False),
                          cell(gap=True, late=True, hold_gaps=True)]
             else:
                 cells = [cell()] + ([cell(False)] if args.compare else [])
-            print(f"| {family} | {mechanism_scales(proto).length:.3g} | {mass:g} | {proto.n} | "
+            print(f"| {family} | {w.ell:.3g} | {mass:g} | {w.proto.n} | "
                   + " | ".join(cells) + " |", flush=True)
 
 

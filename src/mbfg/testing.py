@@ -292,22 +292,29 @@ class WatchedMechanism:
     ell: float
     points: np.ndarray
 
+    def readings_with_gap(self, start: float, stop: float) -> list:
+        """:attr:`readings` without any over [start, stop) / omega_c."""
+        from mbfg.model.sensors import without_readings
+        tw = np.arange(len(self.truth.t)) * self.dt * self.omega_c
+        return without_readings(self.readings, (tw >= start) & (tw < stop))
+
 
 def watched_mechanism(family: str, seed: int, *, length: float, mass: float,
-                      span: float = 6.0, gap: tuple | None = None, noise_seed: int = 5,
+                      span: float = 6.0, noise_seed: int = 5,
                       gravity_factor: float = 0.9) -> WatchedMechanism:
     """A generated mechanism released from rest and watched by sensors, for estimation tests
     and benchmarks on mechanisms nobody tuned on.
 
     Times are in units of 1 / omega_c, so the set-up is the same at every scale: the truth
-    runs over ``span`` / omega_c at dt = 0.02 / omega_c; ``gap`` = (a, b): no reading at
-    all over [a, b) / omega_c.  Readings are drawn with ``noise_seed``; the model's gravity
-    is ``gravity_factor`` times the prototype's (a weight error to estimate)."""
+    runs over ``span`` / omega_c at dt = 0.02 / omega_c (a gap in the readings:
+    :meth:`WatchedMechanism.readings_with_gap`).  Readings are drawn with ``noise_seed``; the
+    model's gravity is ``gravity_factor`` times the prototype's (a weight error to
+    estimate)."""
     import dataclasses
 
     from mbfg.model.integrate import integrate_reference
     from mbfg.model.scales import mechanism_scales
-    from mbfg.model.sensors import Gyroscope, Marker, Readings, SensorSet
+    from mbfg.model.sensors import Gyroscope, Marker, SensorSet
     proto = random_mechanism(family, seed, length=length, mass=mass).load()
     ell = mechanism_scales(proto).length
     wc = float(np.sqrt(np.hypot(*proto.gravity) / ell))
@@ -319,9 +326,6 @@ def watched_mechanism(family: str, seed: int, *, length: float, mass: float,
                         + [Gyroscope(body=0, sigma=1e-2 * wc)])
     readings = sensors.synthesize(proto, truth.t, truth.q, truth.qd, truth.qdd,
                                   rng=np.random.default_rng(noise_seed))
-    if gap is not None:
-        keep = [(r.steps * dt * wc < gap[0]) | (r.steps * dt * wc >= gap[1]) for r in readings]
-        readings = [Readings(r.steps[k], r.values[k]) for r, k in zip(readings, keep)]
     model = dataclasses.replace(proto, gravity=tuple(gravity_factor * g for g in proto.gravity))
     return WatchedMechanism(proto, model, sensors, readings, truth, dt, wc, ell,
                             np.unique(pc[pc >= 0]))

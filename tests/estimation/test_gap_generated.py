@@ -19,12 +19,12 @@ LATE = (5.0, 6.0)     # the error is compared over this span, also in 1 / omega_
 
 def _late_errors(family, length, mass):
     """Late RMSE of the point coordinates over the length, without and with the gap."""
+    w = watched_mechanism(family, 31, length=length, mass=mass, span=LATE[1])
+    late = slice(int(round(LATE[0] / (w.omega_c * w.dt))), None)
     out = []
-    for gap in (None, GAP):
-        w = watched_mechanism(family, 31, length=length, mass=mass, span=LATE[1], gap=gap)
-        res = mbfg.estimate(w.model, w.sensors, w.readings, w.dt, len(w.truth.t),
+    for readings in (w.readings, w.readings_with_gap(*GAP)):
+        res = mbfg.estimate(w.model, w.sensors, readings, w.dt, len(w.truth.t),
                             method="fg-online", q0=w.proto.q0, qd0=np.zeros(w.proto.n))
-        late = slice(int(round(LATE[0] / (w.omega_c * w.dt))), None)
         err = res.q[late, w.points] - w.truth.q[late, w.points]
         out.append(float(np.sqrt(np.mean(err ** 2))) / w.ell)
     return out

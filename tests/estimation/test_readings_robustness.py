@@ -14,7 +14,7 @@ from mbfg.errors import ConvergenceError, DataError, UsageError
 from mbfg.estimation.common import gate
 from mbfg.graphs.estimation import EstimatorSettings, robust_weights
 from mbfg.io import read_readings, write_readings
-from mbfg.model.sensors import Readings, finite_readings, wrap_angle
+from mbfg.model.sensors import Readings, finite_readings, without_readings, wrap_angle
 from mbfg.results import EstimationResult, Stats
 
 DT = 0.005
@@ -219,6 +219,17 @@ def test_readings_at_a_quarter_of_the_step_rate(case, method):
     assert _rmse(model, _run(case, method, slow), truth) < 2.5 * every
 
 
+def test_without_readings_leaves_out_exactly_the_silent_steps():
+    readings = [Readings(np.arange(0, 10), np.arange(10.0)[:, None]),
+                Readings(np.arange(0, 10, 3), np.arange(4.0)[:, None] * np.ones((1, 2)))]
+    silent = np.zeros(10, bool)
+    silent[3:7] = True
+    enc, two = without_readings(readings, silent)
+    assert enc.steps.tolist() == [0, 1, 2, 7, 8, 9]
+    assert enc.values[:, 0].tolist() == [0.0, 1.0, 2.0, 7.0, 8.0, 9.0]
+    assert two.steps.tolist() == [0, 9] and two.values.shape == (2, 2)
+
+
 GAP_T_END, GAP = 5.0, (1.0, 3.0)
 
 
@@ -233,8 +244,8 @@ def gap_case():
     for setup in ("encoder", "gyro-coupler"):
         sensors = sensor_setups()[setup]
         rd = sensors.synthesize(proto, t, q, qd, qdd, rng=np.random.default_rng(11))
-        keep = [(r.steps * DT < GAP[0]) | (r.steps * DT >= GAP[1]) for r in rd]
-        cases[setup] = (sensors, rd, [Readings(r.steps[m], r.values[m]) for r, m in zip(rd, keep)])
+        grid = np.arange(len(t)) * DT
+        cases[setup] = (sensors, rd, without_readings(rd, (grid >= GAP[0]) & (grid < GAP[1])))
     return model, q0, truth, cases
 
 

@@ -451,9 +451,9 @@ def particle_filter(
     from scipy.stats import chi2
     nis_limit = {}
 
-    def draw(M, zc, zdc, qc, branch_of_q0, rate_spread=None):
+    def draw(M, zc, zdc, qc, branch_of_q0, rate_spread=zds0):
         """Initial (or restart) particles: z, zd, q, ok (``rate_spread``: the rates' spread
-        of a Gaussian draw, default ``zds0``)."""
+        of a Gaussian draw)."""
         if branch_init == "uniform" and branch_of_q0 is None:
             B = rng.choice(np.array([-1, 1]), size=M)
         else:
@@ -473,8 +473,7 @@ def particle_filter(
             guess = qt[np.clip(np.searchsorted(zt, z[:, 0]), 0, len(zt) - 1)]
         else:
             z = zc[None] + zs0 * rng.normal(size=(M, d))
-            zd = zdc[None] + (zds0 if rate_spread is None else rate_spread) * rng.normal(
-                size=(M, d))
+            zd = zdc[None] + rate_spread * rng.normal(size=(M, d))
             guess = np.broadcast_to(qc, (M, n))
         q, ok = solve_positions_batch(model, guess, idx, z)
         wrong = ok & (branch_sign(model, q, pts) != B)

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Sensor", "AngleEncoder", "Gyroscope", "Accelerometer", "Marker", "Distance",
            "SensorSet", "Readings", "SENSOR_TYPES", "wrap_angle", "readings_on_grid",
-           "finite_readings", "INVALID_READINGS"]
+           "finite_readings", "INVALID_READINGS", "without_readings"]
 
 _R90 = np.array([[0.0, -1.0], [1.0, 0.0]])  # +90 deg rotation: perp(v) = _R90 @ v
 
@@ -528,6 +528,27 @@ class SensorSet(tuple):
 
 INVALID_READINGS = ("raise", "skip")
 """What :func:`finite_readings` does with a reading that is not a finite number."""
+
+
+def without_readings(readings: list, silent: ArrayLike) -> list:
+    """Every sensor's readings without those at the steps where ``silent`` is True: a gap in
+    all readings, as a recording with NaN rows there gives.
+
+    Parameters
+    ----------
+    readings : list of Readings (or (steps, values) pairs), one per sensor
+    silent : (n_steps,) bool over the time grid
+
+    Returns
+    -------
+    list of Readings
+    """
+    silent = np.asarray(silent, bool)
+    out = []
+    for steps, values in readings:
+        keep = ~silent[np.asarray(steps, int)]
+        out.append(Readings(np.asarray(steps)[keep], np.asarray(values)[keep]))
+    return out
 
 
 def finite_readings(sensors: tuple | SensorSet, readings: list, invalid: str = "raise") -> tuple:

@@ -648,7 +648,7 @@ class FixedLagSmoother:
                 and self._informative_count(W.shape[0] - self.window, W.shape[0]) \
                 < self.min_informative:
             self._solve_newest()
-        elif (self.informative is not None and not self.hold and W.shape[0] > 1
+        elif (self.informative is not None and not self.hold
               and self._informative_count(0, W.shape[0]) == 0):
             self._solve_newest()  # nothing in the window to fit: predict the newest step
         else:
