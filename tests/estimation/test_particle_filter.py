@@ -134,3 +134,19 @@ def test_reproducible_by_seed():
     res_c, _, _ = _review_run("gyro-crank", 0.2, seed=47, readings=readings)
     np.testing.assert_array_equal(res_a.q, res_b.q)
     assert not np.array_equal(res_a.q, res_c.q)
+
+
+@pytest.mark.parametrize("length,mass", [(1e-3, 1e-3), (1.0, 100.0)])
+def test_particles_that_diverge_in_a_gap_do_not_break_the_filter(length, mass):
+    """A generated six-bar with a gap in all readings: some particles' predictions stop being
+    finite in the gap (nothing resamples them away without readings).  The filter keeps them
+    dead at weight zero: it ends in a result or a ConvergenceError, never numpy's
+    LinAlgError, the same at a millimetre and at a metre."""
+    from mbfg.testing import watched_mechanism
+    w = watched_mechanism("six-bar", 31, length=length, mass=mass)
+    try:
+        res = mbfg.estimate(w.model, w.sensors, w.readings_with_gap(2.0, 4.0), w.dt,
+                            len(w.truth.t), method="pf", q0=w.proto.q0, qd0=np.zeros(w.proto.n))
+        assert np.all(np.isfinite(res.q))
+    except ConvergenceError as exc:
+        assert np.all(np.isfinite(exc.partial.q))

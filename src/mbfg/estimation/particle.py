@@ -547,6 +547,15 @@ def particle_filter(
                     model, q, z, zd, f0, idx, dt, Qk, "rk4",
                     Q_stages=applied_forces(Qfun, tk - 0.5 * dt, None, idx, n, M))
                 qp, fp = sp.q, sp.zdd
+            # a particle whose prediction is not finite (its step met a singular
+            # configuration) is dead; it takes a live particle's prediction at weight zero, so
+            # that the batched linear algebra below stays finite (without readings, as in a
+            # gap, nothing resamples the dead away)
+            live = okp & np.all(np.isfinite(np.concatenate([zp, zdp, fp, f0], axis=1)), axis=1)
+            if live.any() and not live.all():
+                src = np.where(live, np.arange(M), np.flatnonzero(live)[0])
+                sp, zp, zdp, fp, qp, f0 = sp.select(src), zp[src], zdp[src], fp[src], qp[src], f0[src]
+                okp = live
             # acceleration noise: sigma_a, plus model_error times the particle's acceleration
             # (a relative model error) unless sigma_a is given
             sa2k = adapt2 * (sa2[None] + (0.0 if sigma_a is not None
