@@ -29,11 +29,12 @@ if TYPE_CHECKING:
 
     from mbfg.model.dynamics import IndependentState
     from mbfg.model.mechanism import Mechanism
+    from mbfg.model.partition import StatePartition
 
 __all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "prepare_readings",
            "predict_readings", "innovation", "reading_variances", "gate", "check_gate", "observation_jacobian",
            "white_acceleration_noise", "unscented_weights", "sigma_points", "systematic_resample",
-           "weighted_mean", "applied_forces", "initial_state", "filter_result", "wrap_angle",
+           "weighted_mean", "applied_forces", "initial_state", "error_map", "filter_result", "wrap_angle",
            "readings_on_grid"]
 
 
@@ -202,8 +203,9 @@ def reading_variances(sensors: Sequence, available: list, sigmas: list) -> np.nd
 # ========================================================================== process noise
 def white_acceleration_noise(qc: float, dt: float, d: int) -> np.ndarray:
     """Discrete process noise (2d, 2d) of a continuous white acceleration noise of power
-    spectral density ``qc`` on d coordinates, by Van Loan's method (review Sect. 12.1):
-    qc [[dt^3/3, dt^2/2], [dt^2/2, dt]] per coordinate, for the state [z, zdot]."""
+    spectral density ``qc`` (a number, or (d,) one per coordinate) on d coordinates, by Van
+    Loan's method (review Sect. 12.1): qc [[dt^3/3, dt^2/2], [dt^2/2, dt]] per coordinate,
+    for the state [z, zdot]."""
     Iq = np.eye(d) * np.asarray(qc, float)
     return np.block([[Iq * dt ** 3 / 3, Iq * dt ** 2 / 2], [Iq * dt ** 2 / 2, Iq * dt]])
 
@@ -282,19 +284,47 @@ def initial_state(
     q0: ArrayLike | None = None,
     qd0: ArrayLike | None = None,
     indices: ArrayLike | None = None,
+    partition: StatePartition | None = None,
 ) -> tuple:
     """A filter's start: q (1, n) assembled with its independent coordinates held, the
     independent coordinates (d,) (default
-    :func:`~mbfg.model.kinematics.choose_independent_coordinates`) and their rates (d,)."""
+    :func:`~mbfg.model.kinematics.choose_independent_coordinates`; with ``partition``, a
+    :class:`~mbfg.model.partition.StatePartition`, the best-conditioned set at q0 instead
+    when that one is poor there) and their rates (d,)."""
     q0 = np.array(model.q0 if q0 is None else q0, float)
     idx = np.asarray(choose_independent_coordinates(model, q0) if indices is None
                      else tuple(int(i) for i in indices), int)
+    if partition is not None:
+        idx = np.asarray(partition(q0, idx), int)
     qa, ok = solve_positions_batch(model, q0, idx, q0[idx])
     if not ok[0]:
         raise SolverError("the initial guess q0 cannot be assembled with its independent "
                           "coordinates held")
     zd0 = np.zeros(idx.size) if qd0 is None else np.asarray(qd0, float)[idx]
     return qa, idx, zd0
+
+
+# ================================================================= coordinate partition
+def error_map(model: Mechanism, state: IndependentState, rows: ArrayLike, order: int) -> np.ndarray:
+    """The map (order r, order d) from a filter's errors of [z, zdot] (``order`` 2) or
+    [z, zdot, zddot] (3) in the independent coordinates of ``state`` (an
+    :class:`~mbfg.model.dynamics.IndependentState` of one configuration, d coordinates) to
+    the errors of the coordinates ``rows`` (r,) and their rates, to first order along the
+    constraint manifold: dq = R dz, dqdot = R dzdot + (dqdot/dz) dz, and for the third block
+    (an acceleration or force error) dqddot = R dzddot.
+
+    With ``rows`` a new set of independent coordinates it carries a filter's covariance over
+    to them (P' = T P T^T, the generalized coordinate partitioning of Wehage & Haug applied
+    to the error state); with the filter's first set it gives the standard deviations of
+    those coordinates after the filter has moved to others."""
+    rows = np.asarray(rows, int)
+    A = state.R[0][rows]
+    r, d = A.shape
+    T = np.zeros((order * r, order * d))
+    for i in range(order):
+        T[i * r:(i + 1) * r, i * d:(i + 1) * d] = A
+    T[r:2 * r, :d] = manifold_jacobians(model, state, accelerations=False).dqd_dz[rows]
+    return T
 
 
 def filter_result(

@@ -56,15 +56,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.estimation.common import gate as _gate
-from mbfg.estimation.common import (applied_forces, check_gate, filter_result, initial_state,
-                                    innovation,
+from mbfg.estimation.common import (applied_forces, check_gate, error_map, filter_result,
+                                    initial_state, innovation,
                                     observation_jacobian, predict_readings, prepare_readings,
                                     reading_variances, sigma_points, unscented_weights,
                                     white_acceleration_noise)
 from mbfg.model.dynamics import independent_state, manifold_jacobians
 from mbfg.model.forces import force_function
+from mbfg.model.identification import characteristic_rate
 from mbfg.model.integrate import independent_step
 from mbfg.model.kinematics import solve_positions_batch
+from mbfg.model.partition import StatePartition
+from mbfg.model.scales import coordinate_scales
 
 if TYPE_CHECKING:
     from typing import Any
@@ -76,44 +79,100 @@ if TYPE_CHECKING:
     from mbfg.model.sensors import SensorSet
     from mbfg.results import EstimationResult
 
-__all__ = ["ekf", "ekf_fe", "ukf", "dekf", "REVIEW_P0", "REVIEW_QC", "REVIEW_SIGMA2_FE"]
+__all__ = ["ekf", "ekf_fe", "ukf", "dekf", "review_noise", "REVIEW_P0", "REVIEW_QC",
+           "REVIEW_SIGMA2_FE", "REVIEW_OMEGA_C", "REVIEW_DT"]
 
 REVIEW_P0 = 0.0076
-"""Initial covariance diagonal of the review's benchmark (Sect. 12.1)."""
+"""Initial covariance diagonal of the review's benchmark (Sect. 12.1) [rad^2]."""
 REVIEW_QC = 9.162e-2
-"""Continuous acceleration-noise PSD of the discrete filters without acceleration states."""
+"""Continuous acceleration-noise PSD of the discrete filters without acceleration states
+[rad^2 / s^3]."""
 REVIEW_SIGMA2_FE = 2.291e-3
-"""Acceleration random-walk variance per step of the errorEKF_FE."""
+"""Acceleration random-walk variance per step of the errorEKF_FE [rad^2 / s^4]."""
+REVIEW_OMEGA_C = 1.2579040944586701
+"""omega_c = sqrt(|g| / ell) [1/s] of the review benchmark's model (the four-bar
+``fourbar-review``, ell = 5.568 m, |g| = 8.81 m/s^2): the time scale of the review's noise
+values (:func:`review_noise`)."""
+REVIEW_DT = 0.005
+"""The review benchmark's step [s]: ``REVIEW_SIGMA2_FE`` is a variance per step of this."""
+
+
+def review_noise(model: Mechanism, indices: ArrayLike, dt: float, p0: float | None = None,
+                 qc: float | None = None, sigma2_acc: float | None = None,
+                 force_state: bool = False) -> tuple:
+    """The filters' initial covariance and plant noise for the independent coordinates
+    ``indices``: (P0, Sigma_P), (2d, 2d) for [z, zdot] (Van Loan's noise of q_c) or, with
+    ``force_state``, (3d, 3d) for [z, zdot, zddot] (the acceleration random walk of
+    errorEKF_FE).
+
+    A value given is used as it is, in the units of the coordinates.  By default the review's
+    values (Sect. 12.1) are carried over to this mechanism in its own scales: they are the
+    review's on the review benchmark's model, and for another mechanism the same in units of
+    its coordinate scale s (1 rad, or ell for a point coordinate,
+    :func:`~mbfg.model.scales.coordinate_scales`) and of its time scale 1 / omega_c
+    (omega_c = sqrt(|g| / ell), 1 / dt without gravity):
+
+    * p0 = REVIEW_P0 s^2 on z, times (omega_c / REVIEW_OMEGA_C)^2 on zdot and times its
+      square on zddot (the review's P0 = 0.0076 I holds rad^2, rad^2/s^2 and rad^2/s^4);
+    * q_c = REVIEW_QC (omega_c / REVIEW_OMEGA_C)^3 s^2;
+    * sigma2_acc = REVIEW_SIGMA2_FE (omega_c / REVIEW_OMEGA_C)^5 (dt / REVIEW_DT) s^2 (the
+      same continuous random walk at another step).
+
+    So the filters do the same on a mechanism and on its copy in other units (lengths times
+    10^k with gravity), and on a 1 cm linkage as on a 4 m one, where the review's values in
+    rad and s would trust a 1 cm model about a thousand times too much."""
+    idx = np.asarray(indices, int)
+    d = idx.size
+    s = coordinate_scales(model)[idx]
+    w = characteristic_rate(model)
+    w = w if np.isfinite(w) else 1.0 / dt
+    ratio = w / REVIEW_OMEGA_C
+    order = 3 if force_state else 2
+    # each block's unit: s, s omega_c, s omega_c^2 (in the review's time unit when omega_c is
+    # the review's: the factors are then exactly 1)
+    S = np.concatenate([s * ratio ** i for i in range(order)])
+    P0 = np.diag(REVIEW_P0 * S * S if p0 is None else np.full(S.size, float(p0)))
+    if not force_state:
+        SigP = white_acceleration_noise(
+            REVIEW_QC * ratio ** 3 * s * s if qc is None else float(qc), dt, d)
+    else:
+        SigP = np.zeros((3 * d, 3 * d))
+        SigP[2 * d:, 2 * d:] = np.diag(
+            REVIEW_SIGMA2_FE * ratio ** 5 * (dt / REVIEW_DT) * s * s if sigma2_acc is None
+            else np.full(d, float(sigma2_acc)))
+    return P0, SigP
 
 
 # ======================================================================= EKF family
 def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, integrator,
-                indices=None, forces=None, sensor_sigmas=None, p0=REVIEW_P0, qc=REVIEW_QC,
-                sigma2_acc=REVIEW_SIGMA2_FE, linear_position_correction=False,
-                exact_jacobian=False, gate=None):
+                indices=None, forces=None, sensor_sigmas=None, p0=None, qc=None,
+                sigma2_acc=None, linear_position_correction=False,
+                exact_jacobian=False, gate=None, repartition=True):
     t0 = time.perf_counter()
     gate = check_gate(gate)
     n_rejected = 0
     n_steps = int(n_steps)
     sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)
-    q, idx, zd = initial_state(model, q0, qd0, indices)
+    partition = StatePartition(model, coordinate_scales(model)) if repartition else None
+    q, idx, zd = initial_state(model, q0, qd0, indices, partition)
     d = idx.size
     n = model.n
     Qfun = force_function(forces, n)
-    l = 3 * d if fe else 2 * d
-    P = np.eye(l) * p0
+    order = 3 if fe else 2
+    l = order * d
+    P, SigP = review_noise(model, idx, dt, p0, qc, sigma2_acc, fe)
     I = np.eye(d)
     if fe:
         F = np.block([[I, dt * I, 0 * I], [0 * I, I, dt * I], [0 * I, 0 * I, I]])
-        SigP = np.zeros((l, l))
-        SigP[2 * d:, 2 * d:] = np.eye(d) * sigma2_acc
     else:
         F = np.block([[I, dt * I], [0 * I, I]])
-        SigP = white_acceleration_noise(qc, dt, d)
     Qz = np.zeros((1, d)) if fe else None          # estimated force on z (errorEKF_FE)
     z = q[:, idx].copy()
     zd = zd[None].copy()
     st = independent_state(model, q, idx, zd, applied_forces(Qfun, 0.0, Qz, idx, n, 1))
+    idx0 = idx                                     # the coordinates z_std reports
+    used = np.empty((n_steps, d), int)
+    switches = []
 
     out_q = np.empty((n_steps, n))
     out_qd = np.empty((n_steps, n))
@@ -123,64 +182,91 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
     force = np.empty((n_steps, d)) if fe else None
     zddstd = np.empty((n_steps, d)) if fe else None
     n_updates = 0
-    for k in range(n_steps):
-        tk = k * dt
-        if k > 0:
-            # ---- prediction: integrate the multibody model; x^- = 0 (error state, Eq. 69)
-            if exact_jacobian:
-                mj = manifold_jacobians(model, st, applied_forces(Qfun, tk - dt, Qz, idx, n, 1)[0])
-                fz, fzd = mj.dqdd_dz[idx], mj.dqdd_dzd[idx]
-                F = F.copy()
-                # forward Euler of zd' = zd + dt (zdd(z, zd) + a)
-                F[d:2 * d, :d], F[d:2 * d, d:2 * d] = dt * fz, I + dt * fzd
-            Qk = applied_forces(Qfun, tk, Qz, idx, n, 1)
-            st, z, zd, _ = independent_step(model, st.q, z, zd, st.zdd, idx, dt, Qk, integrator)
-            P = F @ P @ F.T + SigP                                       # Eq. 70
-        avail = per_step[k]
-        if avail:
-            # ---- correction (Eqs. 71-75): innovation of the model's virtual sensors
-            Qk = applied_forces(Qfun, tk, Qz, idx, n, 1)
-            h, o, ang = predict_readings(model, sensors, avail, st.q, st.qd, st.qdd)
-            y = innovation(o, h[0], ang)
-            H = observation_jacobian(model, sensors, avail, st, Qk[0], force_state=fe)
-            Rk = np.diag(reading_variances(sensors, avail, sig))
-            Sk = H @ P @ H.T + Rk
-            use = _gate(y, Sk, sensors, avail, gate)
-            if not use.all():                        # outliers: update with the others only
-                n_rejected += int(np.sum(~use))
-                y, H, Rk = y[use], H[use], Rk[np.ix_(use, use)]
+    failure = None
+    try:
+        for k in range(n_steps):
+            tk = k * dt
+            if k > 0:
+                # ---- prediction: integrate the multibody model; x^- = 0 (error state, Eq. 69)
+                if exact_jacobian:
+                    mj = manifold_jacobians(model, st, applied_forces(Qfun, tk - dt, Qz, idx, n, 1)[0])
+                    fz, fzd = mj.dqdd_dz[idx], mj.dqdd_dzd[idx]
+                    F = F.copy()
+                    # forward Euler of zd' = zd + dt (zdd(z, zd) + a)
+                    F[d:2 * d, :d], F[d:2 * d, d:2 * d] = dt * fz, I + dt * fzd
+                Qk = applied_forces(Qfun, tk, Qz, idx, n, 1)
+                st, z, zd, _ = independent_step(model, st.q, z, zd, st.zdd, idx, dt, Qk, integrator)
+                P = F @ P @ F.T + SigP                                       # Eq. 70
+            avail = per_step[k]
+            if avail:
+                # ---- correction (Eqs. 71-75): innovation of the model's virtual sensors
+                Qk = applied_forces(Qfun, tk, Qz, idx, n, 1)
+                h, o, ang = predict_readings(model, sensors, avail, st.q, st.qd, st.qdd)
+                y = innovation(o, h[0], ang)
+                H = observation_jacobian(model, sensors, avail, st, Qk[0], force_state=fe)
+                Rk = np.diag(reading_variances(sensors, avail, sig))
                 Sk = H @ P @ H.T + Rk
-            K = np.linalg.solve(Sk, H @ P).T
-            dx = K @ y                                                   # Eq. 74, x^- = 0
-            A = np.eye(l) - K @ H
-            P = A @ P @ A.T + K @ Rk @ K.T
-            P = 0.5 * (P + P.T)
-            # ---- feed the estimated errors back into the model (Sect. 7.1, 7.3)
-            dz, dzd = dx[:d], dx[d:2 * d]
-            z = z + dz
-            zd = zd + dzd
-            if linear_position_correction:
-                qn = st.q + (st.R[0] @ dz)[None]                      # Eq. 76
-                qn[:, idx] = z
-            else:
-                qn, ok = solve_positions_batch(model, st.q, idx, z)
-                if not ok[0]:
-                    qn = st.q + (st.R[0] @ dz)[None]
+                use = _gate(y, Sk, sensors, avail, gate)
+                if not use.all():                        # outliers: update with the others only
+                    n_rejected += int(np.sum(~use))
+                    y, H, Rk = y[use], H[use], Rk[np.ix_(use, use)]
+                    Sk = H @ P @ H.T + Rk
+                K = np.linalg.solve(Sk, H @ P).T
+                dx = K @ y                                                   # Eq. 74, x^- = 0
+                A = np.eye(l) - K @ H
+                P = A @ P @ A.T + K @ Rk @ K.T
+                P = 0.5 * (P + P.T)
+                # ---- feed the estimated errors back into the model (Sect. 7.1, 7.3)
+                dz, dzd = dx[:d], dx[d:2 * d]
+                z = z + dz
+                zd = zd + dzd
+                if linear_position_correction:
+                    qn = st.q + (st.R[0] @ dz)[None]                      # Eq. 76
                     qn[:, idx] = z
+                else:
+                    qn, ok = solve_positions_batch(model, st.q, idx, z)
+                    if not ok[0]:
+                        qn = st.q + (st.R[0] @ dz)[None]
+                        qn[:, idx] = z
+                if fe:
+                    dzdd = dx[2 * d:]
+                    Qz = Qz + (st.Mbar[0] @ dzdd)[None]                     # Eq. 80
+                st = independent_state(model, qn, idx, zd, applied_forces(Qfun, tk, Qz, idx, n, 1))
+                n_updates += 1
+            if partition is not None:
+                new = partition(st.q[0], idx)
+                if not np.array_equal(new, idx):   # the coordinates near a singular set: move
+                    T = error_map(model, st, new, order)
+                    P = T @ P @ T.T
+                    if fe:                         # the same generalized force on the new ones
+                        Qz = np.linalg.solve(st.R[0][new].T, Qz[0])[None]
+                    idx = new
+                    z, zd = st.q[:, idx].copy(), st.qd[:, idx].copy()
+                    st = independent_state(model, st.q, idx, zd,
+                                           applied_forces(Qfun, tk, Qz, idx, n, 1))
+                    SigP = review_noise(model, idx, dt, p0, qc, sigma2_acc, fe)[1]
+                    switches.append((k, tuple(int(i) for i in idx)))
+            used[k] = idx
+            out_q[k], out_qd[k], out_qdd[k] = st.q[0], st.qd[0], st.qdd[0]
+            if np.array_equal(idx, idx0):
+                Pr = P
+            else:                              # the first coordinates' errors
+                T0 = error_map(model, st, idx0, order)
+                Pr = T0 @ P @ T0.T
+            sd = np.sqrt(np.maximum(np.diag(Pr), 0.0))
+            zstd[k], zdstd[k] = sd[:d], sd[d:2 * d]
             if fe:
-                dzdd = dx[2 * d:]
-                Qz = Qz + (st.Mbar[0] @ dzdd)[None]                     # Eq. 80
-            st = independent_state(model, qn, idx, zd, applied_forces(Qfun, tk, Qz, idx, n, 1))
-            n_updates += 1
-        out_q[k], out_qd[k], out_qdd[k] = st.q[0], st.qd[0], st.qdd[0]
-        sd = np.sqrt(np.maximum(np.diag(P), 0.0))
-        zstd[k], zdstd[k] = sd[:d], sd[d:2 * d]
-        if fe:
-            force[k] = Qz[0]
-            zddstd[k] = sd[2 * d:]
-    stats = {"indices": tuple(int(i) for i in idx), "integrator": integrator,
+                force[k] = Qz[0]
+                zddstd[k] = sd[2 * d:]
+    except np.linalg.LinAlgError as exc:  # singular: return what was computed before
+        failure = f"{exc} at step {k}"
+        for a in (out_q, out_qd, out_qdd, zstd, zdstd) + ((force, zddstd) if fe else ()):
+            a[k:] = np.nan
+        used[k:] = idx
+    stats = {"indices": tuple(int(i) for i in idx0), "integrator": integrator,
              "n_updates": n_updates, "exact_jacobian": bool(exact_jacobian),
-             "rejected_readings": n_rejected}
+             "rejected_readings": n_rejected, "partition": used, "switches": switches,
+             "failure": failure}
     if fe:
         stats["force"] = force
         stats["zdd_std"] = zddstd
@@ -297,9 +383,10 @@ def ukf(
     indices: ArrayLike | None = None,
     forces: ForceInput | None = None,
     sensor_sigmas: ArrayLike | None = None,
-    p0: float = REVIEW_P0,
-    qc: float = REVIEW_QC,
+    p0: float | None = None,
+    qc: float | None = None,
     gate: float | None = None,
+    repartition: bool = True,
 ) -> EstimationResult:
     """UKF (review Sects. 4.1 and 4.4): state x = [z, zdot], 2l+1 sigma points (Eqs. 34-36,
     Cholesky square root, zeta = sqrt(l + lambda), lambda = alpha^2 (l + kappa) - l), each
@@ -314,15 +401,18 @@ def ukf(
     n_rejected = 0
     n_steps = int(n_steps)
     sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)
-    q, idx, zd0 = initial_state(model, q0, qd0, indices)
+    partition = StatePartition(model, coordinate_scales(model)) if repartition else None
+    q, idx, zd0 = initial_state(model, q0, qd0, indices, partition)
     d, n = idx.size, model.n
     Qfun = force_function(forces, n)
     l = 2 * d
     Wm, Wc, zeta = unscented_weights(l, alpha, beta, kappa)
-    SigP = white_acceleration_noise(qc, dt, d)
+    P, SigP = review_noise(model, idx, dt, p0, qc)
     x = np.concatenate([q[0, idx], zd0])
-    P = np.eye(l) * p0
     qbar = q[0]
+    idx0 = idx                                     # the coordinates z_std reports
+    used = np.empty((n_steps, d), int)
+    switches = []
 
     out_q = np.empty((n_steps, n))
     out_qd = np.empty((n_steps, n))
@@ -330,53 +420,78 @@ def ukf(
     zstd = np.empty((n_steps, d))
     zdstd = np.empty((n_steps, d))
     n_fail = 0
-    for k in range(n_steps):
-        tk = k * dt
-        N = 2 * l + 1
-        if k > 0:
-            X = sigma_points(x, P, zeta)
-            qs, ok = solve_positions_batch(model, np.broadcast_to(qbar, (N, n)), idx, X[:, :d])
-            n_fail += int((~ok).sum())
-            Qk = applied_forces(Qfun, tk - dt, None, idx, n, N)
-            st = independent_state(model, qs, idx, X[:, d:], Qk)
-            st1, z1, zd1, _ = independent_step(model, qs, X[:, :d], X[:, d:], st.zdd, idx, dt,
-                                               applied_forces(Qfun, tk, None, idx, n, N),
-                                               integrator)
-            X1 = np.concatenate([z1, zd1], axis=1)
-            x = Wm @ X1                                                  # Eq. 38
-            D = X1 - x
-            P = (Wc[:, None] * D).T @ D + SigP                           # Eq. 39
-            qbar = st1.q[0]
-        avail = per_step[k]
-        if avail:
-            X = sigma_points(x, P, zeta)
-            qs, ok = solve_positions_batch(model, np.broadcast_to(qbar, (N, n)), idx, X[:, :d])
-            n_fail += int((~ok).sum())
-            st = independent_state(model, qs, idx, X[:, d:], applied_forces(Qfun, tk, None, idx, n, N))
-            Y, o, ang = predict_readings(model, sensors, avail, st.q, st.qd, st.qdd)
-            if ang.any():                                  # unwrap about the central point
-                Y = Y[0] - innovation(Y[0], Y, ang)
-            yhat = Wm @ Y                                                # Eq. 42
-            DY = Y - yhat
-            DX = X - x
-            Pyy = (Wc[:, None] * DY).T @ DY + np.diag(reading_variances(sensors, avail, sig))
-            Pxy = (Wc[:, None] * DX).T @ DY
-            y = innovation(o, yhat, ang)
-            use = _gate(y, Pyy, sensors, avail, gate)
-            if not use.all():                        # outliers: update with the others only
-                n_rejected += int(np.sum(~use))
-                y, Pyy, Pxy = y[use], Pyy[np.ix_(use, use)], Pxy[:, use]
-            K = np.linalg.solve(Pyy, Pxy.T).T                            # Eq. 40
-            x = x + K @ y                                                 # Eq. 43
-            P = P - K @ Pyy @ K.T                                        # Eq. 44
-            P = 0.5 * (P + P.T)
-        qm, _ = solve_positions_batch(model, qbar, idx, x[None, :d])
-        stm = independent_state(model, qm, idx, x[None, d:], applied_forces(Qfun, tk, None, idx, n, 1))
-        qbar = stm.q[0]
-        out_q[k], out_qd[k], out_qdd[k] = stm.q[0], stm.qd[0], stm.qdd[0]
-        sd = np.sqrt(np.maximum(np.diag(P), 0.0))
-        zstd[k], zdstd[k] = sd[:d], sd[d:]
-    stats = {"indices": tuple(int(i) for i in idx), "integrator": integrator,
+    failure = None
+    try:
+        for k in range(n_steps):
+            tk = k * dt
+            N = 2 * l + 1
+            if k > 0:
+                X = sigma_points(x, P, zeta)
+                qs, ok = solve_positions_batch(model, np.broadcast_to(qbar, (N, n)), idx, X[:, :d])
+                n_fail += int((~ok).sum())
+                Qk = applied_forces(Qfun, tk - dt, None, idx, n, N)
+                st = independent_state(model, qs, idx, X[:, d:], Qk)
+                st1, z1, zd1, _ = independent_step(model, qs, X[:, :d], X[:, d:], st.zdd, idx, dt,
+                                                   applied_forces(Qfun, tk, None, idx, n, N),
+                                                   integrator)
+                X1 = np.concatenate([z1, zd1], axis=1)
+                x = Wm @ X1                                                  # Eq. 38
+                D = X1 - x
+                P = (Wc[:, None] * D).T @ D + SigP                           # Eq. 39
+                qbar = st1.q[0]
+            avail = per_step[k]
+            if avail:
+                X = sigma_points(x, P, zeta)
+                qs, ok = solve_positions_batch(model, np.broadcast_to(qbar, (N, n)), idx, X[:, :d])
+                n_fail += int((~ok).sum())
+                st = independent_state(model, qs, idx, X[:, d:], applied_forces(Qfun, tk, None, idx, n, N))
+                Y, o, ang = predict_readings(model, sensors, avail, st.q, st.qd, st.qdd)
+                if ang.any():                                  # unwrap about the central point
+                    Y = Y[0] - innovation(Y[0], Y, ang)
+                yhat = Wm @ Y                                                # Eq. 42
+                DY = Y - yhat
+                DX = X - x
+                Pyy = (Wc[:, None] * DY).T @ DY + np.diag(reading_variances(sensors, avail, sig))
+                Pxy = (Wc[:, None] * DX).T @ DY
+                y = innovation(o, yhat, ang)
+                use = _gate(y, Pyy, sensors, avail, gate)
+                if not use.all():                        # outliers: update with the others only
+                    n_rejected += int(np.sum(~use))
+                    y, Pyy, Pxy = y[use], Pyy[np.ix_(use, use)], Pxy[:, use]
+                K = np.linalg.solve(Pyy, Pxy.T).T                            # Eq. 40
+                x = x + K @ y                                                 # Eq. 43
+                P = P - K @ Pyy @ K.T                                        # Eq. 44
+                P = 0.5 * (P + P.T)
+            qm, _ = solve_positions_batch(model, qbar, idx, x[None, :d])
+            stm = independent_state(model, qm, idx, x[None, d:], applied_forces(Qfun, tk, None, idx, n, 1))
+            qbar = stm.q[0]
+            if partition is not None:
+                new = partition(qbar, idx)
+                if not np.array_equal(new, idx):   # the coordinates near a singular set: move
+                    T = error_map(model, stm, new, 2)
+                    P = T @ P @ T.T
+                    idx = new
+                    x = np.concatenate([stm.q[0, idx], stm.qd[0, idx]])
+                    stm = independent_state(model, stm.q, idx, x[None, d:],
+                                            applied_forces(Qfun, tk, None, idx, n, 1))
+                    SigP = review_noise(model, idx, dt, p0, qc)[1]
+                    switches.append((k, tuple(int(i) for i in idx)))
+            used[k] = idx
+            out_q[k], out_qd[k], out_qdd[k] = stm.q[0], stm.qd[0], stm.qdd[0]
+            if np.array_equal(idx, idx0):
+                Pr = P
+            else:                              # the first coordinates' errors
+                T0 = error_map(model, stm, idx0, 2)
+                Pr = T0 @ P @ T0.T
+            sd = np.sqrt(np.maximum(np.diag(Pr), 0.0))
+            zstd[k], zdstd[k] = sd[:d], sd[d:]
+    except np.linalg.LinAlgError as exc:  # singular: return what was computed before
+        failure = f"{exc} at step {k}"
+        for a in (out_q, out_qd, out_qdd, zstd, zdstd):
+            a[k:] = np.nan
+        used[k:] = idx
+    stats = {"indices": tuple(int(i) for i in idx0), "integrator": integrator,
              "alpha": alpha, "beta": beta, "kappa": kappa, "assembly_failures": n_fail,
-             "rejected_readings": n_rejected}
+             "rejected_readings": n_rejected, "partition": used, "switches": switches,
+             "failure": failure}
     return filter_result("ukf", dt, out_q, out_qd, out_qdd, zstd, zdstd, t0, n_steps, stats)

@@ -168,8 +168,9 @@ def _checked(result: EstimationResult) -> EstimationResult:
     if not np.any(bad):
         return result
     k = int(np.argmax(bad))
+    failure = result.stats.extra.get("failure")
     exc = ConvergenceError(f"{result.name} diverged: its estimate is not finite from step {k} "
-                           f"(t = {result.t[k]:g} s) on")
+                           f"(t = {result.t[k]:g} s) on" + (f" ({failure})" if failure else ""))
     exc.partial = result.truncated(k)
     raise exc
 
