@@ -82,13 +82,15 @@ import numpy as np
 from mbfg.errors import ConvergenceError, UsageError
 from mbfg.estimation.common import gate as _gate
 from mbfg.estimation.common import (applied_forces, check_gate, filter_result, initial_state,
-                                    innovation, predict_readings, prepare_readings,
-                                    reading_variances, systematic_resample, weighted_mean)
+                                    innovation, observation_jacobian, predict_readings,
+                                    prepare_readings, reading_variances, systematic_resample,
+                                    weighted_mean)
 from mbfg.model.dynamics import independent_state
 from mbfg.model.forces import force_function
 from mbfg.model.identification import characteristic_rate
 from mbfg.model.integrate import independent_step
 from mbfg.model.kinematics import solve_positions_batch
+from mbfg.model.partition import StatePartition
 from mbfg.model.scales import coordinate_scales
 
 if TYPE_CHECKING:
@@ -116,12 +118,18 @@ INITIAL_SPREAD = 0.25
 """Default initial spread about the guess, in units of each coordinate's scale s (and of
 omega_c s for the rates) (dimensionless)."""
 
+INFORMED_ITERATIONS = 5
+"""Gauss-Newton iterations that center the informed start on the first readings (a cost
+setting: each is one position problem; :func:`_informed_positions`)."""
+
 
 # ================================================================================ branches
 def default_branch_points(mech: Mechanism) -> tuple:
     """(i, j, k) for the branch label: a free point j joined by bodies to a free point i and a
     fixed point k (an RR dyad closing the loop on the ground), the highest-index such j (for
-    the bundled four-bars the coupler-rocker joint)."""
+    the bundled four-bars the coupler-rocker joint); () when the mechanism has no such dyad
+    (an open chain, or loops closed otherwise): there is then no branch label to track, and
+    every configuration is labelled +1."""
     nbrs = {p: set() for p in range(mech.n_points)}
     for b in mech.spec.bodies:
         for p in b.points:
@@ -134,13 +142,15 @@ def default_branch_points(mech: Mechanism) -> tuple:
         fixed_n = sorted(p for p in nbrs[j] if fixed(p))
         if free_n and fixed_n:
             return (free_n[0], j, fixed_n[0])
-    raise ValueError("no point with two assemblies found (a free point joined to a free and a "
-                     "fixed point); give branch_points=(i, j, k)")
+    return ()
 
 
 def branch_sign(mech: Mechanism, q: ArrayLike, points: tuple | None = None) -> np.ndarray:
     """Branch label sign(cross(r_j - r_i, r_k - r_i)) of configurations q (..., n) -> (...)."""
-    i, j, k = default_branch_points(mech) if points is None else points
+    points = default_branch_points(mech) if points is None else tuple(points)
+    if not points:  # no branch label: one branch
+        return np.ones(np.shape(q)[:-1], int)
+    i, j, k = points
     r = mech.point_positions(q)
     a, b = r[..., j, :] - r[..., i, :], r[..., k, :] - r[..., i, :]
     return np.sign(a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]).astype(int)
@@ -149,8 +159,11 @@ def branch_sign(mech: Mechanism, q: ArrayLike, points: tuple | None = None) -> n
 def mirror_branch(mech: Mechanism, q: ArrayLike, points: tuple | None = None) -> np.ndarray:
     """q with point j reflected across the line through points i and k (the other assembly of
     the dyad: distances to i and k are preserved)."""
-    i, j, k = default_branch_points(mech) if points is None else points
+    points = default_branch_points(mech) if points is None else tuple(points)
     q = np.array(q, float)
+    if not points:  # no branch label: nothing to mirror
+        return q
+    i, j, k = points
     r = mech.point_positions(q)
     u = r[..., k, :] - r[..., i, :]
     u = u / np.linalg.norm(u, axis=-1, keepdims=True)
@@ -290,6 +303,54 @@ def _initial_rates(model, sensors, avail, st, zd, logw, zds, sig, dt, rng, idx, 
     return independent_state(model, st.q, idx, zd + delta, Q), logw
 
 
+def _explained(model, sensors, avail, st, sig, limit):
+    """Whether some particle of ``st`` explains the readings ``avail`` on its own: its
+    normalized innovation squared is within ``limit``."""
+    h, o, ang = predict_readings(model, sensors, avail, st.q, st.qd, st.qdd)
+    r = innovation(o[None], h, ang)
+    nis = np.sum(r * r / reading_variances(sensors, avail, sig), axis=-1)
+    return bool(np.any(nis <= limit))
+
+
+def _informed_positions(model, sensors, avail, q0, idx, zd0, zs, sig, rng, M, Q, pts, branch,
+                        iterations=INFORMED_ITERATIONS):
+    """Initial positions drawn from their Gaussian prior N(z0, zs^2) conditioned on the first
+    readings: the iterated (Gauss-Newton) linearization of the readings about the posterior
+    mode, then M draws from that Gaussian on the branch ``branch``, weighted by the exact
+    ratio prior / proposal (the readings' likelihood is added by the caller).  Used when no
+    particle of the prior's draw explains the first readings (several independent
+    coordinates against precise position sensors).  Returns z, q, ok, logw."""
+    d = idx.size
+    zc = q0[idx]
+    Pz = np.diag(np.asarray(zs, float) ** 2)
+    var = reading_variances(sensors, avail, sig)
+    z, q = zc.copy(), q0[None].copy()
+    for _ in range(iterations):
+        st = independent_state(model, q, idx, zd0[None], Q[:1])
+        h, o, ang = predict_readings(model, sensors, avail, st.q, st.qd, st.qdd)
+        r = innovation(o, h[0], ang)
+        H = observation_jacobian(model, sensors, avail, st, Q[0])[:, :d]
+        S = H @ Pz @ H.T + np.diag(var)
+        K = np.linalg.solve(S, H @ Pz).T
+        z_new = zc + K @ (r + H @ (z - zc))
+        qn, ok = solve_positions_batch(model, q + (st.R[0] @ (z_new - z))[None], idx, z_new[None])
+        if not ok[0]:
+            break
+        z, q = z_new, qn
+    P = Pz - K @ H @ Pz
+    P = 0.5 * (P + P.T)
+    zs_ = z[None] + rng.multivariate_normal(np.zeros(d), P, size=M)
+    R = independent_state(model, q, idx, zd0[None], Q[:1]).R[0]
+    qs, ok = solve_positions_batch(model, q + (zs_ - z) @ R.T, idx, zs_)
+    wrong = ok & (branch_sign(model, qs, pts) != branch)
+    if wrong.any():
+        qs[wrong], ok[wrong] = solve_positions_batch(model, mirror_branch(model, qs[wrong], pts),
+                                                    idx, zs_[wrong])
+    logw = (_gauss_logpdf(zs_ - zc, np.zeros_like(zs_), np.diag(Pz)[None])
+            - _gauss_logpdf(zs_, np.broadcast_to(z, zs_.shape), np.broadcast_to(P, (M, d, d))))
+    return zs_, qs, ok, np.where(ok, logw, -np.inf)
+
+
 def particle_filter(
     model: Mechanism,
     sensors: SensorSet,
@@ -324,6 +385,7 @@ def particle_filter(
     gate: float | None = None,
     indices: ArrayLike | None = None,
     forces: ForceInput | None = None,
+    repartition: bool = True,
 ) -> EstimationResult:
     """Particle filter with branch inference (2015 paper, Algorithm 1, with the proposal and
     the mode-loss monitor of the module docstring).
@@ -411,9 +473,18 @@ def particle_filter(
     gate = check_gate(gate)
     rng = np.random.default_rng(seed)
     sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)
-    qa, idx, zd0 = initial_state(model, q0, qd0, indices)
+    # the particles' independent coordinates move to a better-conditioned set when theirs
+    # approach a singular configuration (as the Kalman filters': docs/sensors.md); only with
+    # the Gaussian start and the default noise, which are set per coordinate from its scale
+    movable = (repartition and init == "gaussian" and sigma_a is None and z_std is None
+               and zd_std is None)
+    partition = StatePartition(model, coordinate_scales(model)) if movable else None
+    qa, idx, zd0 = initial_state(model, q0, qd0, indices, partition)
     q0a = qa[0]
     d, n, M_target = idx.size, model.n, int(n_particles)
+    idx0 = idx                       # the coordinates z_std reports
+    angular0 = np.isin(idx0, model.angle_coords)
+    switches = []
     M = max(int(initial_particles or 0), M_target)
     if init not in ("gaussian", "uniform"):
         raise UsageError(f"init must be 'gaussian' or 'uniform', got {init!r}")
@@ -484,14 +555,27 @@ def particle_filter(
 
     z, zd, q, ok = draw(M, q0a[idx], zd0, q0a, None)
     logw = np.where(ok, -np.log(M), -np.inf)
-    st = independent_state(model, q, idx, zd, applied_forces(Qfun, 0.0, None, idx, n, M))
+    Q0 = applied_forces(Qfun, 0.0, None, idx, n, M)
+    st = independent_state(model, q, idx, zd, Q0)
     wnoise = np.zeros((M, d))
-    if proposal == "optimal" and per_step[0]:
-        # the first reading informs the initial rates: draw them from their conditional
-        st, logw = _initial_rates(model, sensors, per_step[0], st, zd, logw, zds0, sig, dt,
-                                  rng, idx, applied_forces(Qfun, 0.0, None, idx, n, M),
-                                  bound=zmax if init == "uniform" else None)
-        zd = st.qd[:, idx]
+    informed = False
+    for attempt in range(2):
+        if proposal == "optimal" and per_step[0]:
+            # the first reading informs the initial rates: draw them from their conditional
+            st, logw = _initial_rates(model, sensors, per_step[0], st, zd, logw, zds0, sig, dt,
+                                      rng, idx, Q0, bound=zmax if init == "uniform" else None)
+            zd = st.qd[:, idx]
+        if (attempt or init != "gaussian" or proposal != "optimal" or not per_step[0]
+                or _explained(model, sensors, per_step[0], st, sig, chi2.isf(
+                    loss_probability, sum(sensors[i].dim for i, _ in per_step[0])))):
+            break
+        # no particle of the prior's draw explains the first readings (precise position
+        # sensors on several independent coordinates): the readings inform the positions too
+        z, q, ok, logw = _informed_positions(model, sensors, per_step[0], q0a, idx, zd0, zs0,
+                                             sig, rng, M, Q0, pts, b0)
+        zd = np.broadcast_to(zd0, (M, d)).copy()
+        st = independent_state(model, q, idx, zd, Q0)
+        informed = True
 
     out_q = np.empty((n_steps, n))
     out_qd = np.empty((n_steps, n))
@@ -509,16 +593,18 @@ def particle_filter(
     adapt2, eps_bar = 1.0, 1.0
     decided = False
     z_prev = q0a[idx].copy()
+    zd_prev = np.array(zd0, float)
     bmax_prev = b0
 
     def result(upto, extra=None):
-        stats = {"indices": tuple(int(i) for i in idx), "n_particles": M_target,
+        stats = {"indices": tuple(int(i) for i in idx0), "n_particles": M_target,
                  "sigma_a": tuple(float(x) for x in sa), "integrator": integrator,
                  "proposal": proposal, "p_branch_plus": p_plus[:upto], "ess": ess_t[:upto],
                  "nis_min": nis_t[:upto], "unassembled": lost_t[:upto],
                  "noise_factor": infl_t[:upto], "resamples": n_res, "restarts": tuple(restarts),
                  "population": population[:upto], "branch_points": pts, "model_branch": b0,
-                 "rejected_readings": n_rejected}
+                 "rejected_readings": n_rejected, "switches": tuple(switches),
+                 "informed_start": informed}
         if true_branch is not None:
             tb = int(np.sign(true_branch))
             stats["branch_probability"] = p_plus[:upto] if tb > 0 else 1.0 - p_plus[:upto]
@@ -706,6 +792,10 @@ def particle_filter(
             qm = q[best][None]
         stm = independent_state(model, qm, idx, zdm[None], zdd=zddm[None])
         out_q[k], out_qd[k], out_qdd[k] = stm.q[0], stm.qd[0], stm.qdd[0]
+        if not np.array_equal(idx, idx0):  # the spread of the first coordinates
+            _, dz0 = weighted_mean(q[:, idx0], w, angular0, reference=out_q[k, idx0])
+            zstd[k] = np.sqrt(w @ (dz0 * dz0))
+            zdstd[k] = np.sqrt(w @ ((st.qd[:, idx0] - out_qd[k, idx0]) ** 2))
         # lines 11-14: selective (systematic) resampling
         decided = decided or max(p_plus[k], 1.0 - p_plus[k]) > 0.99
         shrink = (M > M_target and max(p_plus[k], 1.0 - p_plus[k]) > 0.99
@@ -729,4 +819,20 @@ def particle_filter(
                     z[keep], q[keep] = zr[keep], qr[keep]
                     st = independent_state(model, q, idx, zd,
                                            applied_forces(Qfun, tk, None, idx, n, M))
+        if partition is not None:
+            new = partition(out_q[k], idx)
+            if not np.array_equal(new, idx):  # near a singular set: the particles move
+                idx = new
+                s, wc = noise_scales(model, idx)
+                sa = model_error * wc * wc * s
+                sa2 = sa * sa
+                zs0, zds0 = INITIAL_SPREAD * s, INITIAL_SPREAD * wc * s
+                angular = np.isin(idx, model.angle_coords)
+                z, zd = q[:, idx].copy(), st.qd[:, idx].copy()
+                st = independent_state(model, q, idx, zd,
+                                       applied_forces(Qfun, tk, None, idx, n, M))
+                wnoise = np.zeros((M, d))
+                z_prev, zd_prev = out_q[k, idx].copy(), out_qd[k, idx].copy()
+                resume_spread = np.zeros(d)
+                switches.append((k, tuple(int(i) for i in idx)))
     return result(n_steps)
