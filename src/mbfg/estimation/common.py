@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "prepare_readings",
            "predict_readings", "innovation", "reading_variances", "gate", "check_gate", "observation_jacobian",
            "white_acceleration_noise", "unscented_weights", "sigma_points", "systematic_resample",
-           "weighted_mean", "applied_forces", "initial_state", "error_map", "filter_result", "wrap_angle",
+           "weighted_mean", "applied_forces", "initial_state", "error_map", "carried_covariance",
+           "filter_result", "wrap_angle",
            "readings_on_grid"]
 
 
@@ -325,6 +326,17 @@ def error_map(model: Mechanism, state: IndependentState, rows: ArrayLike, order:
         T[i * r:(i + 1) * r, i * d:(i + 1) * d] = A
     T[r:2 * r, :d] = manifold_jacobians(model, state, accelerations=False).dqd_dz[rows]
     return T
+
+
+def carried_covariance(model: Mechanism, state: IndependentState, P: np.ndarray,
+                       current: ArrayLike, rows: ArrayLike, order: int) -> np.ndarray:
+    """A filter's covariance P of its errors in the independent coordinates ``current`` of
+    ``state``, expressed on the coordinates ``rows``: P itself when they are the same set,
+    T P T^T with T = :func:`error_map` otherwise."""
+    if np.array_equal(current, rows):
+        return P
+    T = error_map(model, state, rows, order)
+    return T @ P @ T.T
 
 
 def filter_result(

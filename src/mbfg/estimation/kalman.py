@@ -56,8 +56,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.estimation.common import gate as _gate
-from mbfg.estimation.common import (applied_forces, check_gate, error_map, filter_result,
-                                    initial_state, innovation,
+from mbfg.estimation.common import (applied_forces, carried_covariance, check_gate,
+                                    filter_result, initial_state, innovation,
                                     observation_jacobian, predict_readings, prepare_readings,
                                     reading_variances, sigma_points, unscented_weights,
                                     white_acceleration_noise)
@@ -236,8 +236,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
             if partition is not None:
                 new = partition(st.q[0], idx)
                 if not np.array_equal(new, idx):   # the coordinates near a singular set: move
-                    T = error_map(model, st, new, order)
-                    P = T @ P @ T.T
+                    P = carried_covariance(model, st, P, idx, new, order)
                     if fe:                         # the same generalized force on the new ones
                         Qz = np.linalg.solve(st.R[0][new].T, Qz[0])[None]
                     idx = new
@@ -248,11 +247,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
                     switches.append((k, tuple(int(i) for i in idx)))
             used[k] = idx
             out_q[k], out_qd[k], out_qdd[k] = st.q[0], st.qd[0], st.qdd[0]
-            if np.array_equal(idx, idx0):
-                Pr = P
-            else:                              # the first coordinates' errors
-                T0 = error_map(model, st, idx0, order)
-                Pr = T0 @ P @ T0.T
+            Pr = carried_covariance(model, st, P, idx, idx0, order)   # the first set's
             sd = np.sqrt(np.maximum(np.diag(Pr), 0.0))
             zstd[k], zdstd[k] = sd[:d], sd[d:2 * d]
             if fe:
@@ -468,8 +463,7 @@ def ukf(
             if partition is not None:
                 new = partition(qbar, idx)
                 if not np.array_equal(new, idx):   # the coordinates near a singular set: move
-                    T = error_map(model, stm, new, 2)
-                    P = T @ P @ T.T
+                    P = carried_covariance(model, stm, P, idx, new, 2)
                     idx = new
                     x = np.concatenate([stm.q[0, idx], stm.qd[0, idx]])
                     stm = independent_state(model, stm.q, idx, x[None, d:],
@@ -478,11 +472,7 @@ def ukf(
                     switches.append((k, tuple(int(i) for i in idx)))
             used[k] = idx
             out_q[k], out_qd[k], out_qdd[k] = stm.q[0], stm.qd[0], stm.qdd[0]
-            if np.array_equal(idx, idx0):
-                Pr = P
-            else:                              # the first coordinates' errors
-                T0 = error_map(model, stm, idx0, 2)
-                Pr = T0 @ P @ T0.T
+            Pr = carried_covariance(model, stm, P, idx, idx0, 2)      # the first set's
             sd = np.sqrt(np.maximum(np.diag(Pr), 0.0))
             zstd[k], zdstd[k] = sd[:d], sd[d:]
     except np.linalg.LinAlgError as exc:  # singular: return what was computed before
