@@ -12,9 +12,12 @@ runs it without :meth:`ObservedProblem.marginal_projector` (the prior before 202
 ``--gap``: no reading over [2, 4] / omega_c; the RMSE is then over [5, 6] / omega_c, for the
 run without the gap, with the default ``hold_gaps=False`` (the window slides through the gap,
 its steps leaving at their prediction) and with ``hold_gaps=True`` (the gap kept in the window
-and re-solved).
+and re-solved).  ``--estimators NAME ...``: every family of :data:`mbfg.testing.FAMILIES`,
+each estimator named (registered names, default all but the plain and +force variants), the
+RMSE / ell over the whole run, or the error an estimator refused with.
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/estimation_generated.py [--compare | --gap]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/estimation_generated.py [--compare | --gap |
+        --estimators [NAME ...]]
 """
 from __future__ import annotations
 
@@ -30,12 +33,14 @@ import mbfg
 from mbfg.graphs.estimation import ObservedProblem
 from mbfg.model import constraints as C
 from mbfg.model.scales import constraint_scales
+from mbfg.testing import FAMILIES as ALL_FAMILIES
 from mbfg.testing import watched_mechanism
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info  # noqa: E402
 
 FAMILIES = ("crank-rocker", "slider-crank-offset", "five-bar", "six-bar", "chain-3")
+ESTIMATORS = ("fg-online", "ekf", "ekf_fe", "ukf", "dekf", "pf")
 SCALES = ((1e-2, 1e-3), (5.0, 200.0))
 
 
@@ -44,23 +49,26 @@ GAP = (2.0, 4.0)
 
 
 def run(w, projection: bool = True, gap: bool = False, late: bool = False,
-        **options) -> str:
+        method: str = "fg-online", brief: bool = False, **options) -> str:
     """One table cell for the :class:`~mbfg.testing.WatchedMechanism` ``w``: RMSE / ell of
-    the point coordinates (over [5, 6] / omega_c if ``late``), max |Phi| / scale, ms/step;
-    ``gap``: no reading in :data:`GAP`; ``options`` go to ``mbfg.estimate``."""
+    the point coordinates (over [5, 6] / omega_c if ``late``), max |Phi| / scale, ms/step
+    (``brief``: the RMSE only); ``gap``: no reading in :data:`GAP`; ``method`` and
+    ``options`` go to ``mbfg.estimate``."""
     readings = w.readings_with_gap(*GAP) if gap else w.readings
     saved = ObservedProblem.marginal_projector
     if not projection:
         ObservedProblem.marginal_projector = None  # the smoother then keeps the full prior
     try:
         r = mbfg.estimate(w.model, w.sensors, readings, w.dt, len(w.truth.t),
-                          method="fg-online", q0=w.proto.q0, qd0=np.zeros(w.proto.n), **options)
+                          method=method, q0=w.proto.q0, qd0=np.zeros(w.proto.n), **options)
     except mbfg.MbfgError as exc:
         return f"failed ({type(exc).__name__})"
     finally:
         ObservedProblem.marginal_projector = saved
     span = slice(int(round(5.0 / (w.omega_c * w.dt))), None) if late else slice(None)
     err = np.sqrt(np.mean((r.q[span, w.points] - w.truth.q[span, w.points]) ** 2)) / w.ell
+    if brief:
+        return f"{err:.2e}"
     phi = np.max(np.abs(C.position_constraints(w.model, r.q))
                  / constraint_scales(w.model, r.q))
     return f"{err:.2e} | {phi:.1e} | {r.stats['ms_per_step']:.2f}"
@@ -73,9 +81,22 @@ def main(argv=None):
                       help="also run without the tangent-space marginal prior")
     mode.add_argument("--gap", action="store_true",
                       help="a gap in the readings: without it, with it, with hold_gaps")
+    mode.add_argument("--estimators", nargs="*", default=None, metavar="NAME",
+                      help="every family, these estimators (default: fg-online and the filters)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     print(f"Machine: {machine_info()}\n")
+    if args.estimators is not None:
+        names = args.estimators or list(ESTIMATORS)
+        print("| family | length [m] | mass [kg] | dof | " + " | ".join(names) + " |")
+        print("|---|---|---|---|" + "---|" * len(names))
+        for length, mass in SCALES:
+            for family in ALL_FAMILIES:
+                w = watched_mechanism(family, 31, length=length, mass=mass)
+                cells = [run(w, method=m, brief=True) for m in names]
+                print(f"| {family} | {w.ell:.3g} | {mass:g} | {w.proto.dof} | "
+                      + " | ".join(cells) + " |", flush=True)
+        return
     head = "| family | length [m] | mass [kg] | n | RMSE / l | max Phi/scale | ms/step |"
     rule = "|---|---|---|---|---|---|---|"
     if args.compare:
