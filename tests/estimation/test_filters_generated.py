@@ -14,7 +14,7 @@ every moving point (sigma 3e-3 of the length) and a gyroscope on body 0.
 - The five-bar has two independent coordinates: no particle of the prior's draw explained its
   first marker readings, and the particle filter refused at step 0; its start is now informed
   by them.
-- With the review's noise values in rad and s, the Kalman filters were 3-50x worse at 1 cm than
+- With the review's noise values in rad and s, the Kalman filters were 10-30x worse at 1 cm than
   at 4 m; the values now follow the mechanism's scales.
 """
 import functools

@@ -119,8 +119,8 @@ def review_noise(model: Mechanism, indices: ArrayLike, dt: float, p0: float | No
       same continuous random walk at another step).
 
     So the filters do the same on a mechanism and on its copy in other units (lengths times
-    10^k with gravity), and on a 1 cm linkage as on a 4 m one, where the review's values in
-    rad and s would trust a 1 cm model about a thousand times too much."""
+    10^k with gravity), and on a 1 cm linkage as on a 4 m one; on a 1 cm linkage the review's
+    q_c in rad and s would be about 20 000 times too small."""
     idx = np.asarray(indices, int)
     d = idx.size
     s = coordinate_scales(model)[idx]
