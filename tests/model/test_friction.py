@@ -147,6 +147,7 @@ def test_estimators_use_the_friction_of_their_model(method):
     """The estimators' process models include friction: with the true (frictional) model the
     crank angle of a slider-crank released under gravity is tracked from a noisy gyroscope
     much better than with the same model without friction."""
+    from mbfg.estimation.kalman import REVIEW_QC
     from mbfg.model.sensors import SensorSet
     true = with_yaml("slider-crank", SLIDER_CRANK_FRICTION)
     dt, t_end = 5e-3, 2.0
@@ -155,9 +156,15 @@ def test_estimators_use_the_friction_of_their_model(method):
     readings = sensors.synthesize(true, truth.t, truth.q, truth.qd, truth.qdd,
                                   rng=np.random.default_rng(0))
     k = true.coordinate_index("theta0")
+    # the Kalman filters' default plant noise allows a model error as large, relative to this
+    # mechanism's accelerations, as the review's four-bar had; the gyroscope then keeps both
+    # models near the truth.  The review's value in rad and s (146x smaller for this 0.22 m
+    # slider-crank) trusts the model, so that its friction shows
+    options = {"qc": REVIEW_QC} if method in ("ekf", "ukf") else {}
 
     def rmse(model):
-        res = mbfg.estimate(model, sensors, readings, dt, len(truth.t), method=method)
+        res = mbfg.estimate(model, sensors, readings, dt, len(truth.t), method=method,
+                            **options)
         err = np.angle(np.exp(1j * (res.q[:, k] - truth.q[:, k])))
         return float(np.sqrt(np.mean(err ** 2)))
     with_friction, without = rmse(true), rmse(mbfg.load_mechanism("slider-crank"))
