@@ -204,6 +204,22 @@ INTEGRATOR_ACCURACY = 2e-5
 (dimensionless): INTEGRATOR_ACCURACY s on positions and INTEGRATOR_ACCURACY omega_c s on
 velocities.  On the review four-bar about 1e-4 / ell, the plain settings' 1e-4 on its point
 coordinates."""
+TRUNCATION = 15.0
+"""The trapezoidal links' allowance for the rule's own truncation error, in units of
+(omega_c dt)^3 s (dimensionless; :func:`integrator_accuracy`)."""
+
+
+def integrator_accuracy(step: float) -> float:
+    """Sigma of the scaled settings' trapezoidal links relative to each coordinate's scale
+    (and omega_c times it on velocities), at a step of ``step`` = omega_c dt (dimensionless):
+    max(INTEGRATOR_ACCURACY, TRUNCATION step^3).  The trapezoidal rule's local error is
+    dt^3 / 12 times the third derivative, (omega_c dt)^3 s times a dimensionless jerk that
+    fast phases raise far above 1; the links must allow it, or they bend the estimate away from
+    the readings.  On the review four-bar at dt = 5 ms the step is 0.0063 and the floor
+    INTEGRATOR_ACCURACY holds."""
+    return max(INTEGRATOR_ACCURACY, TRUNCATION * float(step) ** 3)
+
+
 WEIGHT_TIME = 1000.0
 """Time [s] over which the estimated weight error may drift by its prior: the weights are
 constant, the walk only keeps the force state from freezing (the step's walk is
@@ -275,7 +291,7 @@ def scaled_settings(mech: Mechanism, dt: float, **overrides: Any) -> EstimatorSe
         sigma_constraints=CONSTRAINT_ACCURACY * r,
         sigma_velocity_constraints=CONSTRAINT_ACCURACY * w * r,
         sigma_acceleration_constraints=CONSTRAINT_ACCURACY * w ** 2 * r,
-        sigma_integrator=INTEGRATOR_ACCURACY * np.vstack([s, w * s]))
+        sigma_integrator=integrator_accuracy(w * dt) * np.vstack([s, w * s]))
     return dataclasses.replace(settings, **overrides)
 
 
