@@ -289,8 +289,12 @@ def ekf(
     errors are fed back through the position and velocity problems.
 
     Options: ``indices`` (independent coordinates), ``forces`` ((n,) or t -> (n,) applied
-    forces), ``sensor_sigmas`` (assumed sensor sigmas, default each sensor's), ``p0``
-    (0.0076), ``qc`` (9.162e-2), ``integrator`` ("trapezoidal" or "euler"),
+    forces), ``sensor_sigmas`` (assumed sensor sigmas, default each sensor's), ``p0`` and
+    ``qc`` (default: the review's 0.0076 and 9.162e-2 in the mechanism's own scales,
+    :func:`review_noise`; a value given is in the coordinates' units), ``repartition``
+    (True: move to the best-conditioned coordinates when the current ones approach a
+    singular configuration, carrying the covariance over, docs/sensors.md;
+    ``stats["switches"]``, ``stats["partition"]``), ``integrator`` ("trapezoidal" or "euler"),
     ``linear_position_correction`` (Eq. 76 instead of the exact position problem),
     ``exact_jacobian`` (False; True adds the errorEKF_EJ terms dzdd/dz, dzdd/dzdot of Sect. 7.2
     to F, from the exact dynamics Jacobians), ``gate`` (None: every reading is used; a
@@ -318,7 +322,8 @@ def ekf_fe(
     **options: Any,
 ) -> EstimationResult:
     """errorEKF_FE (review Sect. 7.3): error state [dz, dzdot, dzddot] with a random walk on the
-    acceleration error (Sigma_P = diag(0, 0, sigma2_acc), sigma2_acc = 2.291e-3;
+    acceleration error (Sigma_P = diag(0, 0, sigma2_acc), sigma2_acc = 2.291e-3 on the review's
+    model, in the mechanism's scales elsewhere (:func:`review_noise`);
     F = [[I, dt I, 0], [0, I, dt I], [0, 0, I]]).  After each update the acceleration
     correction becomes a generalized-force correction dQ = Mbar dzddot (Eq. 80) accumulated
     into an estimated force on the independent coordinates, applied in the following steps
@@ -389,8 +394,8 @@ def ukf(
     review's benchmark); predicted mean and covariance Eqs. 38-39 plus the van Loan plant
     noise; update Eqs. 40-44 with sigma points redrawn from (x^-, P^-) and assembled by a
     batched position problem.  Angular readings are averaged as residuals about the central
-    sigma point's.  ``gate``: innovation gating probability (see :func:`ekf`).  ``seed`` is
-    unused."""
+    sigma point's.  ``gate``: innovation gating probability, ``p0``, ``qc`` and
+    ``repartition`` as :func:`ekf`.  ``seed`` is unused."""
     t0 = time.perf_counter()
     gate = check_gate(gate)
     n_rejected = 0

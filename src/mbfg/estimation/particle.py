@@ -448,6 +448,12 @@ def particle_filter(
         (``stats["rejected_readings"]`` counts the rows).  A step whose readings are all
         rejected counts for the mode-loss monitor as an unexplained one, so gating cannot
         hide a lost mode for more than ``patience`` readings.  Default None: no gating.
+    repartition : bool
+        Move the independent coordinates to the best-conditioned set when theirs approach a
+        singular configuration (:class:`~mbfg.model.partition.StatePartition`, as the Kalman
+        filters; ``stats["switches"]``), with ``init="gaussian"`` and the default noise and
+        spreads only (those are set per coordinate from its scale).  ``z_std``/``zd_std``
+        of the result stay on the first set, ``stats["indices"]``.  Default True.
 
     Returns
     -------
