@@ -2,13 +2,15 @@
 wrote), with and without the tangent-space marginal prior.
 
 Each mechanism of :func:`mbfg.testing.random_mechanism` (seed 31) is the prototype, at 1 cm /
-1 g and at 4 m / 200 kg (:func:`mbfg.testing.watched_mechanism`): released from rest,
-simulated by DOP853 (rtol 1e-10, atol 1e-10 of its length) for 6 / omega_c, read by a marker on
-every moving point (sigma 3e-3 of its length) and a gyroscope on body 0 (sigma 1e-2 omega_c),
-noise seed 5, at dt = 0.02 / omega_c.  The estimator
-runs the same mechanism with gravity 10 % weak.  Printed: the point coordinates' RMSE over the
-mechanism's length, max |Phi_i| / scale_i of the estimate, and ms per step; ``--compare`` also
-runs it without :meth:`ObservedProblem.marginal_projector` (the prior before 2026-11-28).
+1 g and at 4 m / 200 kg (:data:`SCALES`: the generator's length parameter 1e-2 m and 5 m; the
+mechanisms' characteristic lengths are 6-18 mm and 2.9-8.9 m), as
+:func:`mbfg.testing.watched_mechanism` makes it: released from rest, simulated by DOP853
+(rtol 1e-10, atol 1e-10 of its length) for 6 / omega_c, read by a marker on every moving point
+(sigma 3e-3 of its length) and a gyroscope on body 0 (sigma 1e-2 omega_c), noise seed 5, at
+dt = 0.02 / omega_c.  The estimator runs the same mechanism with gravity 10 % weak.  Printed:
+the point coordinates' RMSE over the mechanism's length, max |Phi_i| / scale_i of the
+estimate, and ms per step; ``--compare`` also runs it without
+:meth:`ObservedProblem.marginal_projector` (the prior before 2026-11-28).
 ``--gap``: no reading over [2, 4] / omega_c; the RMSE is then over [5, 6] / omega_c, for the
 run without the gap, with the default ``hold_gaps=False`` (the window slides through the gap,
 its steps leaving at their prediction) and with ``hold_gaps=True`` (the gap kept in the window
