@@ -142,3 +142,21 @@ def test_review_noise_is_the_review_values_on_its_model_and_unit_free_elsewhere(
         out.append((P0 / np.outer(unit, unit), SigP / np.outer(unit, unit)))
     np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-12)
     np.testing.assert_allclose(out[0][1], out[1][1], rtol=1e-12, atol=0.0)
+
+
+def test_an_estimate_off_the_constraints_is_refused():
+    """A finite estimate that leaves the model's constraints is a breakdown, not a result (the
+    DEKF returned one 6e20 lengths off on the generated six-bar before the coordinates moved):
+    ConvergenceError from the first such step, the steps before it as ``partial``."""
+    import dataclasses
+
+    from mbfg.estimation.registry import MANIFOLD_LIMIT, _checked
+    w = _watched("crank-rocker", 4.0, 200.0)
+    _, res = _rmse(w, "ekf")
+    assert _checked(res, w.model) is res
+    q = res.q.copy()
+    q[120:, w.points[0]] += 5 * MANIFOLD_LIMIT * w.ell
+    with pytest.raises(ConvergenceError, match="leaves the constraints .* from step 120"
+                       ) as info:
+        _checked(dataclasses.replace(res, q=q), w.model)
+    assert len(info.value.partial.q) == 120

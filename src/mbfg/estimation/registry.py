@@ -158,18 +158,39 @@ def estimate(
     result = est(model, sensors, readings, dt, n_steps, **options)
     if not isinstance(result, EstimationResult):
         return result
-    return _checked(result.with_stats(skipped_readings=skipped) if skipped else result)
+    return _checked(result.with_stats(skipped_readings=skipped) if skipped else result, model)
 
 
-def _checked(result: EstimationResult) -> EstimationResult:
-    """``result`` if its estimates are finite; otherwise :class:`ConvergenceError` naming the
-    first step where they are not, with the finite part as ``partial``."""
-    bad = ~(np.all(np.isfinite(result.q), axis=1) & np.all(np.isfinite(result.qd), axis=1))
+MANIFOLD_LIMIT = 1e-2
+"""Largest distance of an estimate from the model's constraints, max_i |Phi_i| / scale_i
+(:func:`mbfg.model.scales.constraint_scales`: a distance relative to the mechanism's length),
+that :func:`estimate` returns as a result (dimensionless).  Every estimator keeps its
+estimates assembled (the filters to the position problem's tolerance, the factor graphs to
+their constraint sigmas, 3e-6 of the length); one this far off is a breakdown, such as a
+filter's position problem failing and its linear fallback running away."""
+
+
+def _checked(result: EstimationResult, model: Any) -> EstimationResult:
+    """``result`` if its estimates are finite and on the model's constraints (within
+    :data:`MANIFOLD_LIMIT`); otherwise :class:`ConvergenceError` naming the first step where
+    they are not, with the part before it as ``partial``."""
+    from mbfg.model import constraints as C
+    from mbfg.model.scales import constraint_scales
+    finite = np.all(np.isfinite(result.q), axis=1) & np.all(np.isfinite(result.qd), axis=1)
+    bad = ~finite
+    what = "is not finite"
+    if not np.any(bad) and model.m and len(result.q):
+        off = np.max(np.abs(C.position_constraints(model, result.q))
+                     / constraint_scales(model, result.q), axis=1)
+        bad = off > MANIFOLD_LIMIT
+        if np.any(bad):
+            what = (f"leaves the constraints ({float(off[np.argmax(bad)]):.3g} of the "
+                    f"mechanism's length, more than {MANIFOLD_LIMIT:g})")
     if not np.any(bad):
         return result
     k = int(np.argmax(bad))
     failure = result.stats.extra.get("failure")
-    exc = ConvergenceError(f"{result.name} diverged: its estimate is not finite from step {k} "
+    exc = ConvergenceError(f"{result.name} diverged: its estimate {what} from step {k} "
                            f"(t = {result.t[k]:g} s) on" + (f" ({failure})" if failure else ""))
     exc.partial = result.truncated(k)
     raise exc
