@@ -160,3 +160,18 @@ def test_an_estimate_off_the_constraints_is_refused():
                        ) as info:
         _checked(dataclasses.replace(res, q=q), w.model)
     assert len(info.value.partial.q) == 120
+
+
+def test_sigma_points_do_not_depend_on_the_units():
+    """The UKF's sigma points of a covariance mixing a 1 mm length, an angle and their rates
+    (variances 1e12 apart) are those of the same covariance in other units, rescaled: the UKF
+    on the generated five-bar broke down at 1 mm (not positive definite one step after its
+    coordinates moved) and tracked at 1 cm and 1 m."""
+    from mbfg.estimation.common import sigma_points
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(4, 4))
+    P1 = A @ A.T + 1e-9 * np.eye(4)        # nearly singular, as after a change of coordinates
+    unit = np.array([1e-3, 1.0, 1e-1, 30.0])
+    X1 = sigma_points(np.zeros(4), P1, 2.0)
+    Xu = sigma_points(np.zeros(4), P1 * np.outer(unit, unit), 2.0)
+    np.testing.assert_allclose(Xu, X1 * unit, rtol=1e-9, atol=1e-12 * np.max(np.abs(X1 * unit)))

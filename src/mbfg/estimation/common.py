@@ -225,11 +225,16 @@ def unscented_weights(l: int, alpha: float = 1.0, beta: float = 2.0, kappa: floa
 
 def sigma_points(x: ArrayLike, P: ArrayLike, zeta: float) -> np.ndarray:
     """The 2l+1 sigma points (rows) of mean ``x`` (l,) and covariance ``P`` (l, l):
-    x, x + zeta L_i, x - zeta L_i with L the Cholesky factor of P.  A jitter of a few ulps of
-    P's largest variance keeps a semi-definite P factorizable."""
+    x, x + zeta L_i, x - zeta L_i with L the Cholesky factor of P.  The factor is taken of
+    the correlation matrix (P scaled by its standard deviations), so that a state mixing
+    angles, lengths and rates factors the same in any units (a 1 mm five-bar's P spans 1e12
+    between its point and angle variances); a jitter of a few ulps on the correlations keeps a
+    semi-definite P factorizable."""
     P = np.asarray(P, float)
-    jitter = 4 * np.finfo(float).eps * max(float(np.max(np.diag(P))), np.finfo(float).tiny)
-    dX = zeta * np.linalg.cholesky(P + jitter * np.eye(P.shape[0])).T
+    sd = np.sqrt(np.maximum(np.diag(P), np.finfo(float).tiny))
+    C = P / np.outer(sd, sd)
+    L = sd[:, None] * np.linalg.cholesky(C + 4 * np.finfo(float).eps * np.eye(P.shape[0]))
+    dX = zeta * L.T
     return np.concatenate([x[None], x[None] + dX, x[None] - dX], axis=0)
 
 
