@@ -502,16 +502,24 @@ def particle_filter(
     branch_init = branch_init or ("model" if init == "gaussian" else "uniform")
     if branch_init not in ("model", "uniform"):
         raise UsageError(f"branch_init must be 'model' or 'uniform', got {branch_init!r}")
-    s, wc = noise_scales(model, idx)
+
+    def coordinate_noise(idx):
+        """Scales s, omega_c, the acceleration noise sigma_a and the initial spreads of the
+        coordinates idx (each given value as given, the others from the scales)."""
+        s, wc = noise_scales(model, idx)
+        sa = (model_error * wc * wc * s if sigma_a is None
+              else np.broadcast_to(np.asarray(sigma_a, float), (d,)).copy())
+        zs0 = INITIAL_SPREAD * s if z_std is None else np.broadcast_to(
+            np.asarray(z_std, float), (d,))
+        zds0 = (INITIAL_SPREAD * wc * s if zd_std is None
+                else np.broadcast_to(np.asarray(zd_std, float), (d,)))
+        return s, wc, sa, zs0, zds0
+
+    s, wc, sa, zs0, zds0 = coordinate_noise(idx)
     _need(sigma_a, "sigma_a", wc)
-    sa = (model_error * wc * wc * s if sigma_a is None
-          else np.broadcast_to(np.asarray(sigma_a, float), (d,)).copy())
     sa2 = sa * sa
     if init == "gaussian":
         _need(zd_std, "zd_std", wc)
-    zs0 = INITIAL_SPREAD * s if z_std is None else np.broadcast_to(np.asarray(z_std, float), (d,))
-    zds0 = (INITIAL_SPREAD * wc * s if zd_std is None
-            else np.broadcast_to(np.asarray(zd_std, float), (d,)))
     Qfun = force_function(forces, n)
     pts = default_branch_points(model) if branch_points is None else tuple(branch_points)
     angular = np.isin(idx, model.angle_coords)
@@ -829,10 +837,8 @@ def particle_filter(
             new = partition(out_q[k], idx)
             if not np.array_equal(new, idx):  # near a singular set: the particles move
                 idx = new
-                s, wc = noise_scales(model, idx)
-                sa = model_error * wc * wc * s
+                s, wc, sa, zs0, zds0 = coordinate_noise(idx)
                 sa2 = sa * sa
-                zs0, zds0 = INITIAL_SPREAD * s, INITIAL_SPREAD * wc * s
                 angular = np.isin(idx, model.angle_coords)
                 z, zd = q[:, idx].copy(), st.qd[:, idx].copy()
                 st = independent_state(model, q, idx, zd,
