@@ -299,6 +299,9 @@ def main(argv=None) -> int:
                     "noise relative to the RMS accelerations (default: IdentificationSettings')")
     ap.add_argument("--rule", choices=("hermite", "trapezoidal"), default=None,
                     help="identify's integrator rows (default: IdentificationSettings')")
+    ap.add_argument("--continuation", type=float, nargs="*", default=None,
+                    help="identify's loose stages' dynamics sigmas (default: "
+                    "IdentificationSettings')")
     ap.add_argument("--verbose", action="store_true", help="print every combination")
     args = ap.parse_args(argv)
     setup = benchmark_setup()
@@ -316,6 +319,8 @@ def main(argv=None) -> int:
         settings = dataclasses.replace(settings, dynamics=args.dynamics_sigma)
     if args.rule is not None:
         settings = dataclasses.replace(settings, rule=args.rule)
+    if args.continuation is not None:
+        settings = dataclasses.replace(settings, continuation=tuple(args.continuation))
     rows = []
     pooled = {"comb_z": [], "comb_strong": [], "phys_z": []}
     for seed in range(args.first_seed, args.first_seed + args.seeds):

@@ -212,3 +212,18 @@ def test_short_continuation_matches_the_former_one(data):
     sd = np.sqrt(np.diag(res.theta_covariance))
     assert np.all(np.abs(former.theta - res.theta) < 0.01 * sd)
     np.testing.assert_allclose(former.std, res.std, rtol=1e-3)
+
+
+def test_converged_step_bounds_the_distance_to_the_optimum(data):
+    """The final stage stops when the Gauss-Newton step's predicted decrease is below
+    step_sigmas^2 / 2 (whitened cost): the optimum is then within step_sigmas standard
+    deviations of the returned point in every parameter (|d theta_i| <= sqrt(d^T H d) sigma_i).
+    This case converges quadratically, so the default (0.1) stops where the relative tolerance
+    does; 3 standard deviations stop one iteration earlier."""
+    _, _, guess, gs, train, *_ = data
+    res = data[-1]
+    early = mbfg.identify(guess, gs, [train], NAMES,
+                          settings=IdentificationSettings(step_sigmas=3.0))
+    assert early.converged and early.stats.iterations < res.stats.iterations
+    sd = np.sqrt(np.diag(res.theta_covariance))
+    assert np.all(np.abs(early.theta - res.theta) <= 3.0 * sd)

@@ -256,6 +256,7 @@ def identify(
             work=work, stall=stall,
             relative_tolerance=(settings.relative_tolerance if final
                                 else settings.stage_tolerance),
+            step_sigmas=settings.step_sigmas if final else 0.0,
             information=final, method=method,
             progress=None if progress is None else
             (lambda i, n, note, k=len(stages): progress(iterations + i, iterations + n,
@@ -382,6 +383,7 @@ def cross_validate(
             problem, Xs, zero, max_iterations=settings.max_iterations, initial=initial,
             relative_tolerance=(settings.relative_tolerance if final
                                 else settings.stage_tolerance),
+            step_sigmas=settings.step_sigmas if final else 0.0,
             progress=None if progress is None else
             (lambda i, n, note, done=iterations: progress(done + i, done + n, note)))
         iterations += st.iterations

@@ -366,6 +366,7 @@ def optimize_joint(
     initial: tuple | None = None,
     work: dict | None = None,
     stall: tuple | None = None,
+    step_sigmas: float = 0.0,
 ) -> tuple:
     """Minimize ``problem.error`` over the step arrays ``Xs`` and ``theta``.
 
@@ -386,7 +387,12 @@ def optimize_joint(
     already has it; ``work``: a dict for the elimination's buffers and spare systems, which
     the caller may share between calls on systems of the same size.  ``stall``: ``(k,
     error)``, stop after k iterations when the best error is still above ``error`` (reason
-    "stalled"; the caller has a better start to try).  Never raises on non-convergence:
+    "stalled"; the caller has a better start to try).  ``step_sigmas``: also converged when the
+    undamped Gauss-Newton step is shorter than this many standard deviations in the system's
+    own metric, its predicted decrease below ``step_sigmas**2 / 2`` (the rows are whitened, so
+    the cost is in units of the noise: a bound that does not grow with the number of readings,
+    as ``relative_tolerance * error`` does, and that no estimate or marginal interval moves by
+    more than).  Never raises on non-convergence:
     ``stats.converged`` and ``stats.reason`` say what happened (the caller decides)."""
     t0 = time.perf_counter()
     Xs = [np.array(X, float) for X in Xs]
@@ -395,6 +401,7 @@ def optimize_joint(
     stats = JointStats(initial_error=err)
     stats.history.append(err)
     lam = 0.0
+    enough = 0.5 * step_sigmas ** 2  # a predicted decrease that moves nothing that matters
     bn = None  # theta's information of the last undamped solve at the best point
     best = (Xs, theta, err, lin)
     trial = 0  # consecutive undamped steps taken although they raised the cost
@@ -422,7 +429,7 @@ def optimize_joint(
         except RuntimeError:  # indeterminant system: damp
             predicted = np.inf
         if (lam <= floor and trial == 0 and np.isfinite(predicted)
-                and err - predicted <= relative_tolerance * err):
+                and err - predicted <= max(relative_tolerance * err, enough)):
             if progress is not None:
                 progress(stats.iterations, max_iterations, f"cost {best[2]:.6e}")
             stats.converged, stats.reason = True, "the Gauss-Newton model predicts no decrease"
