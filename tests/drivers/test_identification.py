@@ -227,3 +227,10 @@ def test_converged_step_bounds_the_distance_to_the_optimum(data):
     assert early.converged and early.stats.iterations < res.stats.iterations
     sd = np.sqrt(np.diag(res.theta_covariance))
     assert np.all(np.abs(early.theta - res.theta) <= 3.0 * sd)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])
+def test_a_bad_step_length_is_refused(data, bad):
+    _, _, guess, gs, train, *_ = data
+    with pytest.raises(UsageError, match="step_sigmas"):
+        mbfg.identify(guess, gs, [train], NAMES, settings=IdentificationSettings(step_sigmas=bad))

@@ -397,6 +397,9 @@ class IdentificationProblem:
         mech = params.mech
         if settings.rule not in INTEGRATOR_DEFAULTS:
             raise UsageError(f"rule must be 'trapezoidal' or 'hermite', got {settings.rule!r}")
+        if not (np.isfinite(settings.step_sigmas) and settings.step_sigmas >= 0):
+            raise UsageError(f"step_sigmas must be a finite number >= 0 (standard deviations), "
+                             f"got {settings.step_sigmas!r}")
         hermite = settings.rule == "hermite"
         jc = np.arange(mech.n) if jerk_coordinates is None else np.asarray(jerk_coordinates, int)
         self.jerk_coordinates = tuple(int(i) for i in jc) if hermite else ()
