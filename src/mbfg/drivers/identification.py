@@ -155,6 +155,16 @@ def _stage_settings(settings, kd):
                                constraints=settings.constraints * kd / settings.dynamics)
 
 
+def _stopping(settings, final):
+    """:func:`optimize_joint`'s convergence tests for a stage: the final stage's relative
+    tolerance and step length, a loose stage's ``stage_tolerance`` (it only needs to start the
+    next one inside its basin)."""
+    if final:
+        return {"relative_tolerance": settings.relative_tolerance,
+                "step_sigmas": settings.step_sigmas}
+    return {"relative_tolerance": settings.stage_tolerance, "step_sigmas": 0.0}
+
+
 def _schedule(settings):
     """(dynamics sigma, parameters free, final) of each stage: optionally the states alone
     with a loose dynamics model (the states then follow the readings), then the joint problem
@@ -254,9 +264,7 @@ def identify(
         Xs, theta, st, info = optimize_joint(
             problem, Xs, theta, max_iterations=settings.max_iterations, initial=initial,
             work=work, stall=stall,
-            relative_tolerance=(settings.relative_tolerance if final
-                                else settings.stage_tolerance),
-            step_sigmas=settings.step_sigmas if final else 0.0,
+            **_stopping(settings, final),
             information=final, method=method,
             progress=None if progress is None else
             (lambda i, n, note, k=len(stages): progress(iterations + i, iterations + n,
@@ -381,9 +389,7 @@ def cross_validate(
         initial = None if previous is None else problem.reweighted(st.system, previous)
         Xs, _, st, _ = optimize_joint(
             problem, Xs, zero, max_iterations=settings.max_iterations, initial=initial,
-            relative_tolerance=(settings.relative_tolerance if final
-                                else settings.stage_tolerance),
-            step_sigmas=settings.step_sigmas if final else 0.0,
+            **_stopping(settings, final),
             progress=None if progress is None else
             (lambda i, n, note, done=iterations: progress(done + i, done + n, note)))
         iterations += st.iterations
