@@ -143,6 +143,16 @@ def review_noise(model: Mechanism, indices: ArrayLike, dt: float, p0: float | No
     return P0, SigP
 
 
+def _stopped(exc: Exception, k: int, outputs: tuple, used: np.ndarray, idx: np.ndarray) -> str:
+    """A filter's breakdown at step k (a singular matrix): its outputs from k on become NaN,
+    the coordinates it used stay those of the last step; returns the ``stats["failure"]``
+    text."""
+    for a in outputs:
+        a[k:] = np.nan
+    used[k:] = idx
+    return f"{exc} at step {k}"
+
+
 # ======================================================================= EKF family
 def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, integrator,
                 indices=None, forces=None, sensor_sigmas=None, p0=None, qc=None,
@@ -254,10 +264,8 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
                 force[k] = Qz[0]
                 zddstd[k] = sd[2 * d:]
     except np.linalg.LinAlgError as exc:  # singular: return what was computed before
-        failure = f"{exc} at step {k}"
-        for a in (out_q, out_qd, out_qdd, zstd, zdstd) + ((force, zddstd) if fe else ()):
-            a[k:] = np.nan
-        used[k:] = idx
+        failure = _stopped(exc, k, (out_q, out_qd, out_qdd, zstd, zdstd)
+                           + ((force, zddstd) if fe else ()), used, idx)
     stats = {"indices": tuple(int(i) for i in idx0), "integrator": integrator,
              "n_updates": n_updates, "exact_jacobian": bool(exact_jacobian),
              "rejected_readings": n_rejected, "partition": used, "switches": switches,
@@ -481,10 +489,7 @@ def ukf(
             sd = np.sqrt(np.maximum(np.diag(Pr), 0.0))
             zstd[k], zdstd[k] = sd[:d], sd[d:]
     except np.linalg.LinAlgError as exc:  # singular: return what was computed before
-        failure = f"{exc} at step {k}"
-        for a in (out_q, out_qd, out_qdd, zstd, zdstd):
-            a[k:] = np.nan
-        used[k:] = idx
+        failure = _stopped(exc, k, (out_q, out_qd, out_qdd, zstd, zdstd), used, idx)
     stats = {"indices": tuple(int(i) for i in idx0), "integrator": integrator,
              "alpha": alpha, "beta": beta, "kappa": kappa, "assembly_failures": n_fail,
              "rejected_readings": n_rejected, "partition": used, "switches": switches,
