@@ -528,6 +528,77 @@ def test_banded_elimination_matches_gtsam_qr(setup, free, rule, chunk, monkeypat
             pytest.approx(err, rel=1e-12)
 
 
+def _dense_jacobian(system, reading_rows):
+    """The whitened Jacobian of ``system`` as one dense matrix (every chain's steps, then
+    theta) and a mask of its random rows: each step's last ``reading_rows`` rows, the initial
+    priors and theta's prior (written here from the blocks, independently of the solver)."""
+    p = system.p
+    sizes = [c.A_x.shape[0] * c.A_x.shape[2] for c in system.chains]
+    cols = sum(sizes) + p
+    rows, random = [], []
+
+    def add(blocks, is_random):
+        row = np.zeros((next(iter(blocks.values())).shape[0], cols))
+        for c0, blk in blocks.items():
+            row[:, c0:c0 + blk.shape[1]] += blk
+        rows.append(row)
+        random.append(np.broadcast_to(is_random, row.shape[:1]))
+    off = 0
+    for c, size in zip(system.chains, sizes):
+        N, r, d = c.A_x.shape
+        rt = c.A_t.shape[1]
+        for k in range(N):
+            At = np.zeros((r, p))
+            At[r - rt:] = c.A_t[k]
+            add({off + k * d: c.A_x[k], sum(sizes): At}, np.arange(r) >= r - reading_rows)
+            if k + 1 < N and c.B0.size:
+                add({off + k * d: c.B0, off + (k + 1) * d: c.B1}, False)
+        for k, A, _ in c.fixed:
+            add({off + k * d: A}, True)
+        off += size
+    add({sum(sizes): system.W}, True)
+    return np.vstack(rows), np.concatenate(random)
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("chunk", [512, 2])
+def test_sampling_covariance_is_the_readings_noise_through_the_estimate(setup, rule, chunk,
+                                                                        monkeypatch):
+    """theta's sampling covariance (banded factors, solved back chunk by chunk) against the
+    dense H^-1 A_r^T A_r H^-1 of the whole whitened Jacobian (H = A^T A, A_r its reading rows
+    and priors); it is at most the posterior S^-1, and the factors of the last undamped solve
+    are reused."""
+    import mbfg.solvers.identification as solver
+    monkeypatch.setattr(solver, "CHUNK", chunk)
+
+    from mbfg.graphs.identification import IdentificationSettings
+    mech, sensors, ps = setup
+    rng = np.random.default_rng(13)
+    recs, states = _two_recordings(ps, mech, sensors, rng)
+    motion = {"v": 1.0, "a": 1.0, "j": 1.0, "s": 1.0}
+    settings = IdentificationSettings(constraints=1e-2, dynamics=1.0, integrator=1e5)
+    pb = _problem(ps, recs, settings, [(q[0], qd[0]) for q, qd, _ in states], motion, rule)
+    Xs = [_steps(pb, *s, rng) for s in states]
+    system, _ = pb.linear_system(Xs, 0.1 * rng.normal(size=ps.size))
+    A, random = _dense_jacobian(system, pb.reading_rows)
+    assert pb.reading_rows == sum(s.dim for s in sensors)
+    H_inv = np.linalg.inv(A.T @ A)
+    G = H_inv[:, -ps.size:]
+    expected = G.T @ A[random].T @ A[random] @ G
+    cov = solver.sampling_covariance(system, pb.reading_rows)
+    np.testing.assert_allclose(cov, expected, rtol=1e-7, atol=1e-9 * np.abs(expected).max())
+    posterior = H_inv[-ps.size:, -ps.size:]
+    assert np.linalg.eigvalsh(posterior - cov).min() >= -1e-9 * np.abs(posterior).max()
+    # the dynamics rows are not noise (most of this short random system's parameters are
+    # the prior's: there both are equal)
+    assert np.max(1.0 - np.diag(cov) / np.diag(posterior)) > 1e-3
+    work = {}
+    solver.solve_joint(system, 0.0, work)
+    assert work["factors"][0] is system
+    np.testing.assert_allclose(solver.sampling_covariance(system, pb.reading_rows, work), cov,
+                               rtol=1e-12, atol=1e-15 * np.abs(cov).max())
+
+
 @pytest.mark.parametrize("rule", RULES)
 def test_reused_and_reweighted_systems_equal_fresh_ones(setup, rule):
     """A linearization into a spare system's arrays, and another stage's linearization with its

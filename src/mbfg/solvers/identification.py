@@ -292,14 +292,12 @@ def solve_joint(system: object, lam: float = 0.0, work: dict | None = None) -> t
              for i, c in enumerate(system.chains)]
     if not p:
         return [_back_chain(c, f, None) for c, f in zip(system.chains, parts)], None, None
-    S = system.W.T @ system.W
-    if lam > 0.0:  # Marquardt, as on the steps
-        S += np.diag(lam * system.theta_diagonal())
+    S = _schur(system, parts, lam)
+    if work is not None:  # the factors of this solve, for sampling_covariance
+        work["factors"] = (system, lam, parts, S)
     gt = -(system.W.T @ system.e_theta)
     for f in parts:
-        S += f.S
         gt += f.g
-    S = 0.5 * (S + S.T)
     try:
         Lc = np.linalg.cholesky(S)
     except np.linalg.LinAlgError:
@@ -307,6 +305,81 @@ def solve_joint(system: object, lam: float = 0.0, work: dict | None = None) -> t
     dtheta = np.linalg.solve(Lc.T, np.linalg.solve(Lc, gt))
     dxs = [_back_chain(c, f, dtheta) for c, f in zip(system.chains, parts)]
     return dxs, dtheta, S
+
+
+def _schur(system, parts: list, lam: float) -> np.ndarray:
+    """theta's Schur complement S (p, p) of the (damped) system from its chains' factors."""
+    S = system.W.T @ system.W
+    if lam > 0.0:  # Marquardt, as on the steps
+        S += np.diag(lam * system.theta_diagonal())
+    for f in parts:
+        S += f.S
+    return 0.5 * (S + S.T)
+
+
+def sampling_covariance(system: object, reading_rows: int, work: dict | None = None
+                        ) -> np.ndarray | None:
+    """theta's sampling covariance (p, p): the spread of its estimate over repeated readings
+    when their noise is the only randomness, i.e. the model is exact up to its parameters.
+
+    The estimate's linearized error is -[H^-1 A^T e]_theta (A the whitened Jacobian of
+    ``system``, H = A^T A undamped, e the rows' noise in units of their sigmas).  The random
+    rows are the last ``reading_rows`` rows of every step (the readings), the initial priors
+    and theta's prior (their means drawn from them); the dynamics, integrator and constraint
+    rows hold exactly (their sigmas are the model's slack, not noise in the data).  So the
+    covariance is G^T A_r^T A_r G, G = H^-1 E_theta the theta columns of H's inverse: G_theta =
+    S^-1 (S theta's Schur complement) and, per chain, G_x = -U S^-1 with U = H_xx^-1 H_x,theta
+    = L^-T W (:class:`ChainFactor`), solved backwards chunk by chunk while the chunk's factor
+    is in cache.  It is at most the posterior covariance S^-1 (H^-1 minus a positive
+    semidefinite term); along a null direction both are the prior's.
+
+    ``work``: the dict of the :func:`solve_joint` that last solved ``system`` undamped, whose
+    factors are then reused (otherwise ``system`` is factored anew).  Returns None when the
+    banded Cholesky cannot factor it (a pivot that is not positive)."""
+    p = system.p
+    last = None if work is None else work.get("factors")
+    if last is not None and last[0] is system and last[1] == 0.0:
+        parts, S = last[2], last[3]
+    else:
+        try:
+            parts = [_factor_chain(c, 0.0, p) for c in system.chains]
+        except RuntimeError:
+            return None
+        S = _schur(system, parts, 0.0)
+    # M = sum over the random rows of D^T D, D = A_r G S (so that the covariance is
+    # S^-1 M S^-1): theta's prior W, the readings' A_t,r - A_x,r U and the initial priors' -A U
+    M = system.W.T @ system.W
+    for c, f in zip(system.chains, parts):
+        N, r, d = c.A_x.shape
+        order = np.asarray(c.order, int)
+        kd = f.L.shape[0] - 1
+        ii, jj = np.triu_indices(kd)  # L[b + i, b - kd + j] (i <= j), stored at [kd + i - j]
+        U_next = None
+        for (a, b), Y in zip(reversed(f.spans), reversed(f.Y)):
+            rhs = np.array(Y[:, :p], order="F")
+            if U_next is not None:  # the rows below the chunk, already solved
+                Lc = np.zeros((kd, kd))
+                Lc[ii, jj] = f.L[kd + ii - jj, b - kd + jj]
+                rhs[-kd:] -= Lc.T @ U_next[:kd]
+            U, info = dtbtrs(f.L[:, a:b], rhs, uplo="L", trans="T", overwrite_b=1)
+            if info != 0:  # pragma: no cover - dpbtrf's pivots are positive
+                raise RuntimeError(f"the triangular solve failed ({info})")
+            U_next = U
+            k0, k1 = a // d, b // d
+            Uk = np.empty((k1 - k0, d, p))
+            Uk[:, order, :] = U.reshape(k1 - k0, d, p)   # back to the coordinates' order
+            if reading_rows:
+                D = c.A_t[k0:k1, c.A_t.shape[1] - reading_rows:] - np.matmul(
+                    c.A_x[k0:k1, r - reading_rows:], Uk)
+                D = D.reshape(-1, p)
+                M += D.T @ D
+            for k, A, _ in c.fixed:  # the initial priors
+                if k0 <= k < k1:
+                    AU = A @ Uk[k - k0]
+                    M += AU.T @ AU
+    S_inv = np.linalg.inv(S)
+    cov = S_inv @ M @ S_inv
+    return 0.5 * (cov + cov.T)
 
 
 def _solve_qr(system, lam, problem):
