@@ -278,6 +278,15 @@ class IdentificationResult:
     stats : Stats
         ``iterations``, ``seconds``, ``initial_error``, ``final_error``, ``history``,
         ``reason``.
+    sampling_std : (p,)
+        The values' sampling standard deviations [their units]: their spread over repeated
+        recordings when the model is exact up to its parameters, the readings' noise
+        propagated through the estimate (:func:`mbfg.solvers.identification.
+        sampling_covariance`).  ``std`` also counts the dynamics' process noise, the model's
+        slack, which exact data do not have: ``sampling_std <= std``, equal along null
+        directions.  NaN when the banded Cholesky could not factor the system.
+    sampling_covariance : (p, p)
+        The same for theta (the chart).
     """
     names: tuple
     units: tuple
@@ -298,11 +307,17 @@ class IdentificationResult:
     costs: np.ndarray
     converged: bool
     stats: Stats = field(default_factory=lambda: Stats("none", 0.0, 0))
+    sampling_std: np.ndarray | None = None
+    sampling_covariance: np.ndarray | None = None
 
     @property
     def null_directions(self) -> np.ndarray:
         """(k, p) the directions (chart combinations) the data does not determine."""
         return self.directions[~np.asarray(self.identifiable, bool)]
+
+    def _sampling_std(self) -> np.ndarray:
+        return (np.full(len(self.names), np.nan) if self.sampling_std is None
+                else np.asarray(self.sampling_std, float))
 
     def as_dict(self) -> dict:
         """The values by name (for ``mbfg.load_mechanism(..., overrides=...)`` use
@@ -321,11 +336,14 @@ class IdentificationResult:
         """Everything but the states, as JSON."""
         d = {
             "parameters": [{"name": n, "unit": u, "value": float(v), "initial": float(v0),
-                            "std": float(s)} for n, u, v, v0, s in
-                           zip(self.names, self.units, self.values, self.initial, self.std)],
+                            "std": float(s), "sampling_std": float(ss)} for n, u, v, v0, s, ss in
+                           zip(self.names, self.units, self.values, self.initial, self.std,
+                               self._sampling_std())],
             "correlation": self.correlation.tolist(),
             "chart": {"theta": self.theta.tolist(),
-                      "covariance": self.theta_covariance.tolist()},
+                      "covariance": self.theta_covariance.tolist(),
+                      "sampling_covariance": (None if self.sampling_covariance is None else
+                                              self.sampling_covariance.tolist())},
             "linear": {"labels": list(self.combination_labels),
                        "scales": self.combination_scales.tolist(),
                        "values": self.combination_values.tolist(),
@@ -353,11 +371,17 @@ class IdentificationResult:
                  f"{self.stats.iterations} iterations in {self.stats.seconds:.2f} s "
                  f"({self.stats.extra.get('reason', '')}); cost per reading "
                  + ", ".join(f"{c:.4g}" for c in self.costs) + ".", "",
-                 "| parameter | initial | identified | std | 95 % interval | unit |",
-                 "|---|---|---|---|---|---|"]
-        for n, u, v0, v, s in zip(self.names, self.units, self.initial, self.values, self.std):
+                 "std: the posterior's (the model's process noise counted); sampling std: the "
+                 "readings' noise alone, the spread over repeated recordings if the model is "
+                 "exact up to its parameters.", "",
+                 "| parameter | initial | identified | std | 95 % interval | sampling std | "
+                 "95 % interval (sampling) | unit |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for n, u, v0, v, s, ss in zip(self.names, self.units, self.initial, self.values,
+                                      self.std, self._sampling_std()):
             lines.append(f"| `{n}` | {v0:.6g} | {v:.6g} | {s:.3g} | "
-                         f"[{v - 1.96 * s:.6g}, {v + 1.96 * s:.6g}] | {u} |")
+                         f"[{v - 1.96 * s:.6g}, {v + 1.96 * s:.6g}] | {ss:.3g} | "
+                         f"[{v - 1.96 * ss:.6g}, {v + 1.96 * ss:.6g}] | {u} |")
         lines += ["", "## Identifiable combinations", "",
                   "Eigen-decomposition of the data's information about the parameters in the "
                   "coordinates the model is linear in (m, m c, I_O or the value), each divided "

@@ -84,6 +84,11 @@ def test_identify_recovers_the_true_parameters(data):
     for n in ("friction[0].viscous", "friction[1].viscous", "friction[0].coulomb"):
         assert std[n] < 0.25 * abs(want[n]), (n, std[n])
     assert max(z.values()) < 4.0, z  # the intervals are honest
+    # the sampling intervals (the readings' noise alone: this recording's model is exact) are
+    # honest too, and never wider than the posterior's
+    z_s = np.abs(res.values - true_values) / res.sampling_std
+    assert np.max(z_s) < 4.0, dict(zip(res.names, np.round(z_s, 2)))
+    assert np.all(res.sampling_std <= res.std * (1.0 + 1e-6))
     # the fit is consistent with the sensor noise: about one per reading
     assert 0.7 < res.costs[0] < 1.5
     assert res.stats.iterations <= 30
@@ -97,9 +102,11 @@ def test_result_serializes_and_reports(data, tmp_path):
     import json
     d = json.loads(path.read_text())
     assert [p["name"] for p in d["parameters"]] == list(res.names)
+    np.testing.assert_allclose([p["sampling_std"] for p in d["parameters"]], res.sampling_std)
+    np.testing.assert_allclose(d["chart"]["sampling_covariance"], res.sampling_covariance)
     assert len(d["combinations"]) == len(res.names)
     text = res.report()
-    assert "planar_bodies[1].mass" in text and "95 % interval" in text
+    assert "planar_bodies[1].mass" in text and "95 % interval (sampling)" in text
 
 
 def test_cross_validation_cost_matches_training(data):
@@ -194,6 +201,7 @@ def test_units_do_not_matter(data):
                        "N m per input unit": F, "rad/s": 1.0}[u] for u in res.units])
     assert np.all(np.abs(res_mm.values - res.values * scale) < 0.01 * res.std * scale)
     np.testing.assert_allclose(res_mm.std, res.std * scale, rtol=0.01)
+    np.testing.assert_allclose(res_mm.sampling_std, res.sampling_std * scale, rtol=0.01)
     np.testing.assert_allclose(res_mm.spectrum, res.spectrum, rtol=0.01)
 
 

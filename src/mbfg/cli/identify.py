@@ -241,8 +241,10 @@ def cmd_identify(args: argparse.Namespace) -> int:
     print(f"{'converged' if res.converged else 'NOT converged'} after {res.stats.iterations} "
           f"iterations ({res.stats.seconds:.2f} s); cost per reading "
           + ", ".join(f"{c:.4g}" for c in res.costs))
-    for n, v, s, u in zip(res.names, res.values, res.std, res.units):
-        print(f"{n:{width}s} = {v:.6g} +- {s:.2g} {u}")
+    print("(+- the posterior std, the model's process noise counted; sampling: the readings' "
+          "noise alone)")
+    for n, v, s, ss, u in zip(res.names, res.values, res.std, res.sampling_std, res.units):
+        print(f"{n:{width}s} = {v:.6g} +- {s:.2g} {u} (sampling +- {ss:.2g})")
     nulls = int(np.sum(~res.identifiable))
     print(f"identifiable combinations: {int(np.sum(res.identifiable))} of {len(res.names)}"
           + ("; null directions: " + "; ".join(res.combination_text(i) for i in

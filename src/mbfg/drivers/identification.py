@@ -25,7 +25,7 @@ from mbfg.graphs.identification import (IdentificationProblem, IdentificationSet
 from mbfg.model.identification import initial_states, initial_states_many, parameter_set
 from mbfg.model.sensors import readings_on_grid
 from mbfg.results import EstimationResult, IdentificationResult, Stats, ValidationResult
-from mbfg.solvers.identification import optimize_joint
+from mbfg.solvers.identification import optimize_joint, sampling_covariance
 
 if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
@@ -291,6 +291,10 @@ def identify(
     Jv = params.value_jacobian(theta)
     cov = Jv @ cov_theta @ Jv.T
     std = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    sampling = sampling_covariance(st.system, problem.reading_rows, work)
+    if sampling is None:  # the banded Cholesky cannot factor the system (QR solved it)
+        sampling = np.full_like(cov_theta, np.nan)
+    sampling_std = np.sqrt(np.maximum(np.diag(Jv @ sampling @ Jv.T), 0.0))
     with np.errstate(invalid="ignore", divide="ignore"):
         corr = cov / np.outer(std, std)
     corr = np.where(np.isfinite(corr), corr, 0.0)
@@ -318,7 +322,7 @@ def identify(
                                std, corr, theta, cov_theta, data_info, lam, vec, identifiable,
                                params.linear_labels(), params.linear_scales(),
                                params.linear_values(theta), states, costs, bool(converged),
-                               stats)
+                               stats, sampling_std, sampling)
     if not converged and raise_on_failure:
         err = ConvergenceError(f"identification did not converge ({reason}; "
                                f"{seconds:.1f} s)", residual=st.final_error,

@@ -702,6 +702,12 @@ class IdentificationProblem:
         return {"constraints": fam(0, nc), "dynamics": fam(nc, nc + 1),
                 "observations": fam(nc + 1, len(sizes)), "readings": count}
 
+    @property
+    def reading_rows(self) -> int:
+        """The observation rows of a step, the last rows of :meth:`residuals`' e and A_x
+        (and of A_t)."""
+        return sum(s.dim for s in self.params.sensors)
+
     def _row_sizes(self) -> list:
         mech = self.params.mech
         return ([mech.m] * len(self._constraint_families) + [mech.n]
