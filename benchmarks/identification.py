@@ -35,7 +35,9 @@ Reported per seed and summarized: errors of every identifiable combination, v . 
 phi_true) in the coordinates the model is linear in (m, m c, I_O, coefficients) divided by
 their YAML values (so an error of 0.005 is 0.5 % of the YAML scale), of the viscous and Coulomb
 coefficients and K; the coverage of the 95 % intervals (identified combinations and the
-physical friction / K / bias values); the number of null directions; Levenberg-Marquardt
+physical friction / K / bias values), both the posterior's (``std``: the model's process noise
+counted) and the sampling ones (``sampling_std``: the readings' noise alone, which is all the
+randomness of these exact-model recordings); the number of null directions; Levenberg-Marquardt
 iterations (total over the continuation's stages, and in the final stage); time; the held-out
 cost per reading over the training cost.
 
@@ -322,7 +324,8 @@ def main(argv=None) -> int:
     if args.continuation is not None:
         settings = dataclasses.replace(settings, continuation=tuple(args.continuation))
     rows = []
-    pooled = {"comb_z": [], "comb_strong": [], "phys_z": []}
+    pooled = {"comb_z": [], "comb_z_sampling": [], "comb_strong": [], "phys_z": [],
+              "phys_z_sampling": []}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         if runs is None or args.excitation == "random":
             runs = truth_runs(truth, loaded, recording_phases(seed, args.excitation), args.t_end,
@@ -340,12 +343,17 @@ def main(argv=None) -> int:
         d = res.combination_values - phi_true
         ok = np.asarray(res.identifiable, bool)
         Jl = ps.linear_jacobian(res.theta)
-        cov_phi = Jl @ res.theta_covariance @ Jl.T
         comb_err = np.abs(res.directions[ok] @ d)
-        comb_std = np.sqrt(np.einsum("ij,jk,ik->i", res.directions[ok], cov_phi,
+
+        def comb_std_of(cov_theta):  # the std of each identified combination
+            cov_phi = Jl @ cov_theta @ Jl.T
+            return np.sqrt(np.einsum("ij,jk,ik->i", res.directions[ok], cov_phi,
                                      res.directions[ok]))
+        comb_std = comb_std_of(res.theta_covariance)
+        comb_std_s = comb_std_of(res.sampling_covariance)
         rel = (res.values - values_true) / np.abs(values_true)
         z = (res.values - values_true) / res.std
+        z_s = (res.values - values_true) / res.sampling_std
         names = res.names
         visc = [i for i, n in enumerate(names) if n.endswith("viscous")]
         coul = [i for i, n in enumerate(names) if n.endswith("coulomb")]
@@ -355,8 +363,10 @@ def main(argv=None) -> int:
         row_visc = {f"visc[{k}]": float(abs(rel[i])) for k, i in enumerate(visc)}
         strong = res.spectrum[ok] > 1e4  # std below 1 % of the combination's scale
         pooled["comb_z"].append(comb_err / comb_std)
+        pooled["comb_z_sampling"].append(comb_err / comb_std_s)
         pooled["comb_strong"].append(strong)
         pooled["phys_z"].append(z[phys])
+        pooled["phys_z_sampling"].append(z_s[phys])
         row = dict(seed=seed, converged=res.converged, iterations=res.stats.iterations,
                    final_iterations=res.stats["final_iterations"], seconds=seconds,
                    cpu_seconds=cpu_seconds,
@@ -364,9 +374,11 @@ def main(argv=None) -> int:
                    comb_max=float(comb_err.max()),
                    comb_strong_max=float(comb_err[strong].max()) if strong.any() else 0.0,
                    comb_cover=float(np.mean(comb_err < 1.96 * comb_std)),
+                   comb_cover_sampling=float(np.mean(comb_err < 1.96 * comb_std_s)),
                    visc_max=float(np.max(np.abs(rel[visc]))),
                    coul=float(np.max(np.abs(rel[coul]))), K=float(np.abs(rel[gain][0])),
                    phys_cover=float(np.mean(np.abs(z[phys]) < 1.96)),
+                   phys_cover_sampling=float(np.mean(np.abs(z_s[phys]) < 1.96)),
                    cv_ratio=float(val.cost / np.mean(res.costs)),
                    train_cost=float(np.mean(res.costs)))
         row.update(row_visc)
@@ -383,9 +395,9 @@ def main(argv=None) -> int:
             for i in np.flatnonzero(ok)[:]:
                 k = int(np.sum(ok[:i]))
                 print(f"#   info {res.spectrum[i]:.3e} err {comb_err[k]:.3e} std {comb_std[k]:.3e}"
-                      f"  {res.combination_text(i)}")
-            for n, r_, z_ in zip(names, rel, z):
-                print(f"#   {n:28s} rel {100 * r_:+.3f} % z {z_:+.2f}")
+                      f" sampling std {comb_std_s[k]:.3e}  {res.combination_text(i)}")
+            for n, r_, z_, zs_ in zip(names, rel, z, z_s):
+                print(f"#   {n:28s} rel {100 * r_:+.3f} % z {z_:+.2f} (sampling {zs_:+.2f})")
         print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                        for k, v in row.items()), flush=True)
     steps = sum(r.n_steps for r in recs)
@@ -403,9 +415,7 @@ def main(argv=None) -> int:
 
     def line(label, target, key, fmt, good):
         v = np.array([r[key] for r in rows], float)
-        worst = v.max() if good(0.0) or key not in ("comb_cover", "phys_cover") else v.min()
-        if key in ("comb_cover", "phys_cover"):
-            worst = v.min()
+        worst = v.min() if "_cover" in key else v.max()
         n_ok = sum(good(x) for x in v)
         print(f"| {label} | {target} | {fmt(np.median(v))} | {fmt(worst)} | {n_ok}/{len(v)} |")
 
@@ -417,10 +427,11 @@ def main(argv=None) -> int:
     line("viscous coefficients, max relative error", "≤ 5 %", "visc_max", pct, lambda x: x <= 0.05)
     line("Coulomb, relative error", "≤ 2 %", "coul", pct, lambda x: x <= 0.02)
     line("K, relative error", "≤ 2 %", "K", pct, lambda x: x <= 0.02)
-    line("95 % coverage, identified combinations", "90-98 %", "comb_cover", pct,
-         lambda x: 0.9 <= x <= 0.98)
-    line("95 % coverage, friction/K/bias", "90-98 %", "phys_cover", pct,
-         lambda x: 0.9 <= x <= 0.98)
+    for kind, tag in (("posterior std", ""), ("sampling std", "_sampling")):
+        line(f"95 % coverage, identified combinations ({kind})", "90-98 %", "comb_cover" + tag,
+             pct, lambda x: 0.9 <= x <= 0.98)
+        line(f"95 % coverage, friction/K/bias ({kind})", "90-98 %", "phys_cover" + tag, pct,
+             lambda x: 0.9 <= x <= 0.98)
     line("null directions flagged", "every time", "nulls", lambda x: f"{x:.0f}", lambda x: x >= 1)
     line("LM iterations (all stages)", "≤ 8", "iterations", lambda x: f"{x:.0f}", lambda x: x <= 8)
     line("LM iterations (final stage)", "≤ 8", "final_iterations", lambda x: f"{x:.0f}",
@@ -441,22 +452,23 @@ def main(argv=None) -> int:
             b = np.array([r[f"+force {n}"] for r in base])
             print(f"| {n} | {pct(np.median(a))} ({pct(a.max())}) | {pct(np.median(b))} "
                   f"({pct(b.max())}) |")
-    cz, cs = np.concatenate(pooled["comb_z"]), np.concatenate(pooled["comb_strong"])
-    pz = np.array(pooled["phys_z"])
+    cs = np.concatenate(pooled["comb_strong"])
     phys_names = [n for n in names if n.endswith(("viscous", "coulomb"))] + [
         "motors[0].gain", "sensors[1].bias"]
-    print(f"\npooled over {len(rows)} seeds (95 % intervals: |error| < 1.96 std):")
-    print(f"- identified combinations: coverage {100 * np.mean(cz < 1.96):.1f} % of {cz.size}, "
-          f"RMS error/std {np.sqrt(np.mean(cz ** 2)):.2f}; information > 1e4: "
-          f"{100 * np.mean(cz[cs] < 1.96):.1f} % of {cs.sum()} "
-          f"(RMS {np.sqrt(np.mean(cz[cs] ** 2)):.2f}),"
-          f" the others {100 * np.mean(cz[~cs] < 1.96):.1f} % of {(~cs).sum()} "
-          f"(RMS {np.sqrt(np.mean(cz[~cs] ** 2)):.2f})")
-    print(f"- friction, K, bias: coverage {100 * np.mean(np.abs(pz) < 1.96):.1f} % of {pz.size}, "
-          f"RMS error/std {np.sqrt(np.mean(pz ** 2)):.2f}")
-    for j, n in enumerate(phys_names):
-        print(f"  - {n}: RMS error/std {np.sqrt(np.mean(pz[:, j] ** 2)):.2f}, coverage "
-              f"{100 * np.mean(np.abs(pz[:, j]) < 1.96):.0f} %")
+    for kind, tag in (("posterior std", ""), ("sampling std", "_sampling")):
+        cz, pz = np.concatenate(pooled["comb_z" + tag]), np.array(pooled["phys_z" + tag])
+        print(f"\npooled over {len(rows)} seeds, {kind} (95 % intervals: |error| < 1.96 std):")
+        print(f"- identified combinations: coverage {100 * np.mean(cz < 1.96):.1f} % of "
+              f"{cz.size}, RMS error/std {np.sqrt(np.mean(cz ** 2)):.2f}; information > 1e4: "
+              f"{100 * np.mean(cz[cs] < 1.96):.1f} % of {cs.sum()} "
+              f"(RMS {np.sqrt(np.mean(cz[cs] ** 2)):.2f}),"
+              f" the others {100 * np.mean(cz[~cs] < 1.96):.1f} % of {(~cs).sum()} "
+              f"(RMS {np.sqrt(np.mean(cz[~cs] ** 2)):.2f})")
+        print(f"- friction, K, bias: coverage {100 * np.mean(np.abs(pz) < 1.96):.1f} % of "
+              f"{pz.size}, RMS error/std {np.sqrt(np.mean(pz ** 2)):.2f}")
+        for j, n in enumerate(phys_names):
+            print(f"  - {n}: RMS error/std {np.sqrt(np.mean(pz[:, j] ** 2)):.2f}, coverage "
+                  f"{100 * np.mean(np.abs(pz[:, j]) < 1.96):.0f} %")
     for k in sorted(k for k in rows[0] if k.startswith("visc[")):
         v = np.array([r[k] for r in rows])
         print(f"- viscous {k[5:-1]}: relative error median {pct(np.median(v))}, worst "
