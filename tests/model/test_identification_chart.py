@@ -478,6 +478,20 @@ def _two_recordings(ps, mech, sensors, rng, T=5):
     return recs, firsts
 
 
+def _loose_problem(setup, rule, seed, free=True):
+    """(problem, step arrays, rng): two random recordings of 5 steps under loose rows (a
+    well-conditioned system: the tests are of the algebra, not of rounding)."""
+    from mbfg.graphs.identification import IdentificationSettings
+    mech, sensors, ps = setup
+    rng = np.random.default_rng(seed)
+    recs, states = _two_recordings(ps, mech, sensors, rng)
+    motion = {"v": 1.0, "a": 1.0, "j": 1.0, "s": 1.0}
+    settings = IdentificationSettings(constraints=1e-2, dynamics=1.0, integrator=1e5)
+    pb = _problem(ps, recs, settings, [(q[0], qd[0]) for q, qd, _ in states], motion, rule,
+                  free=free)
+    return pb, [_steps(pb, *s, rng) for s in states], rng
+
+
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("free", [True, False])
 @pytest.mark.parametrize("chunk", [512, 2])
@@ -492,17 +506,9 @@ def test_banded_elimination_matches_gtsam_qr(setup, free, rule, chunk, monkeypat
     import mbfg.solvers.identification as solver
     monkeypatch.setattr(solver, "CHUNK", chunk)
 
-    from mbfg.graphs.identification import IdentificationSettings
     from mbfg.solvers.identification import _solve_qr, solve_joint
-    mech, sensors, ps = setup
-    rng = np.random.default_rng(11)
-    recs, states = _two_recordings(ps, mech, sensors, rng)
-    motion = {"v": 1.0, "a": 1.0, "j": 1.0, "s": 1.0}
-    # loose rows (a well-conditioned system: the test is of the algebra, not of rounding)
-    settings = IdentificationSettings(constraints=1e-2, dynamics=1.0, integrator=1e5)
-    pb = _problem(ps, recs, settings, [(q[0], qd[0]) for q, qd, _ in states], motion, rule,
-                  free=free)
-    Xs = [_steps(pb, *s, rng) for s in states]
+    ps = setup[2]
+    pb, Xs, rng = _loose_problem(setup, rule, 11, free=free)
     theta = 0.1 * rng.normal(size=ps.size)
     system, err = pb.linear_system(Xs, theta)
     assert err == pytest.approx(pb.error(Xs, theta), rel=1e-12)
@@ -571,14 +577,8 @@ def test_sampling_covariance_is_the_readings_noise_through_the_estimate(setup, r
     import mbfg.solvers.identification as solver
     monkeypatch.setattr(solver, "CHUNK", chunk)
 
-    from mbfg.graphs.identification import IdentificationSettings
-    mech, sensors, ps = setup
-    rng = np.random.default_rng(13)
-    recs, states = _two_recordings(ps, mech, sensors, rng)
-    motion = {"v": 1.0, "a": 1.0, "j": 1.0, "s": 1.0}
-    settings = IdentificationSettings(constraints=1e-2, dynamics=1.0, integrator=1e5)
-    pb = _problem(ps, recs, settings, [(q[0], qd[0]) for q, qd, _ in states], motion, rule)
-    Xs = [_steps(pb, *s, rng) for s in states]
+    _, sensors, ps = setup
+    pb, Xs, rng = _loose_problem(setup, rule, 13)
     system, _ = pb.linear_system(Xs, 0.1 * rng.normal(size=ps.size))
     A, random = _dense_jacobian(system, pb.reading_rows)
     assert pb.reading_rows == sum(s.dim for s in sensors)
