@@ -88,7 +88,7 @@ def test_identify_recovers_the_true_parameters(data):
     # honest too, and never wider than the posterior's
     z_s = np.abs(res.values - true_values) / res.sampling_std
     assert np.max(z_s) < 4.0, dict(zip(res.names, np.round(z_s, 2)))
-    assert np.all(res.sampling_std <= res.std * (1.0 + 1e-6))
+    assert np.all(res.sampling_std <= res.std * (1.0 + 1e-3))  # (rounding: S^-1 spans 1e13)
     # the fit is consistent with the sensor noise: about one per reading
     assert 0.7 < res.costs[0] < 1.5
     assert res.stats.iterations <= 30

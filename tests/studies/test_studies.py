@@ -249,10 +249,12 @@ def test_identify_kind_same_rows_on_two_workers(cluster, tmp_path):
         assert row["converged"] is True and 0 < row["iterations"] <= 40
         assert abs(row["rel_error(motors[0].gain)"]) < 4 * row["rel_std(motors[0].gain)"]
         assert row["max_z"] < 4 and row["max_rel_std"] > 0
+        assert row["max_z"] <= row["max_z_sampling"] * (1 + 1e-3) and row["max_z_sampling"] < 4.5
     assert a.column("rel_error(planar_bodies[1].mass)")[0] != \
         a.column("rel_error(planar_bodies[1].mass)")[1]  # the seed changes the readings
     with np.load(tmp_path / "arrays" / f"{a.rows[0]['case']}.npz") as z:
         assert list(z["names"]) == ["motors[0].gain", "planar_bodies[1].mass", "sensors[1].bias"]
+        assert np.all(z["sampling_std"] <= z["std"] * (1 + 1e-3))
         np.testing.assert_allclose(z["true"], [5.0, 7.5, 0.02])
         assert np.all(z["start"] != z["true"])
     # a chosen metric of one parameter only

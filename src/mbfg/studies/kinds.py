@@ -597,11 +597,13 @@ register_kind(
 
 # ------------------------------------------------------------------------------ identify
 IDENTIFY_METRICS = ("converged", "iterations", "final_iterations", "max_rel_error",
-                    "max_rel_std", "max_z", "cost", "null_directions", "seconds")
+                    "max_rel_std", "max_z", "max_z_sampling", "cost", "null_directions",
+                    "seconds")
 """Metrics of ``identify``: whether Levenberg-Marquardt converged; its iterations (all stages
 of the continuation, and the final stage); over the identified parameters the largest
 |value - true| / |true|, std / |true| and |value - true| / std (parameters whose true value is
-0 count in ``max_z`` only); the training cost per reading (about 1 when the model fits the
+0 count in ``max_z`` only), and |value - true| / sampling std (the readings' noise alone:
+the study's recordings come from the exact model); the training cost per reading (about 1 when the model fits the
 noise); the number of null directions (combinations the data do not see); the wall time of
 ``mbfg.identify`` [s] (timing).  Then, per identified parameter p (canonical name), the
 columns ``rel_error(p)`` = (value - true) / |true| (signed) and ``rel_std(p)`` = std / |true|
@@ -766,6 +768,7 @@ def _identify_case(case: Case) -> CaseOutput:
         scale = np.where(true != 0, np.abs(true), np.nan)
         rel_error, rel_std = (values - true) / scale, std / scale
         z = np.abs(values - true) / std
+        z_sampling = np.abs(values - true) / np.asarray(res.sampling_std, float)
 
     def largest(x):
         x = x[np.isfinite(x)]
@@ -773,12 +776,13 @@ def _identify_case(case: Case) -> CaseOutput:
     m = dict(converged=bool(res.converged), iterations=int(res.stats.iterations),
              final_iterations=int(res.stats["final_iterations"]),
              max_rel_error=largest(rel_error), max_rel_std=largest(rel_std), max_z=largest(z),
-             cost=float(np.mean(res.costs)),
+             max_z_sampling=largest(z_sampling), cost=float(np.mean(res.costs)),
              null_directions=int(np.sum(~np.asarray(res.identifiable, bool))), seconds=seconds)
     for n, e, d in zip(res.names, rel_error, rel_std):
         m[f"rel_error({n})"] = float(e) if np.isfinite(e) else None
         m[f"rel_std({n})"] = float(d) if np.isfinite(d) else None
-    arrays = {"names": np.array(res.names), "values": values, "std": std, "true": true,
+    arrays = {"names": np.array(res.names), "values": values, "std": std,
+              "sampling_std": np.asarray(res.sampling_std, float), "true": true,
               "start": params.values(s["perturbation"] * signs),
               "theta": np.asarray(res.theta, float), "correlation": np.asarray(res.correlation),
               "spectrum": np.asarray(res.spectrum), "identifiable": np.asarray(res.identifiable),
