@@ -283,8 +283,8 @@ class IdentificationResult:
         recordings when the model is exact up to its parameters, the readings' noise
         propagated through the estimate (:func:`mbfg.solvers.identification.
         sampling_covariance`).  ``std`` also counts the dynamics' process noise, the model's
-        slack, which exact data do not have: ``sampling_std <= std``, equal along null
-        directions.  NaN when the banded Cholesky could not factor the system.
+        slack, which exact data do not have: ``sampling_std <= std`` (up to rounding), equal
+        along null directions.  NaN when the banded Cholesky could not factor the system.
     sampling_covariance : (p, p)
         The same for theta (the chart).
     """
