@@ -706,7 +706,7 @@ class IdentificationProblem:
     def reading_rows(self) -> int:
         """The observation rows of a step, the last rows of :meth:`residuals`' e and A_x
         (and of A_t)."""
-        return sum(s.dim for s in self.params.sensors)
+        return sum(self._row_sizes()[len(self._constraint_families) + 1:])
 
     def _row_sizes(self) -> list:
         mech = self.params.mech

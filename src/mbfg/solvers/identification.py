@@ -149,10 +149,16 @@ class _Carry:
         self.Hc = np.zeros((kd, kd))          # chunk's own leading block H[a+i, a+j]
         self.LT = np.zeros((kd, kd))
 
+    def coupling(self, abT: np.ndarray, a: int) -> np.ndarray:
+        """The band's block of rows a .. a+kd-1 and columns a-kd .. a-1 (upper triangular
+        within the band), in ``self.Hc``: H_C before the chunk at a is factored, L_C after."""
+        self.Hc[self.upper] = abT[a - self.kd:a].reshape(-1)[self.hc]
+        return self.Hc
+
     def apply(self, abT: np.ndarray, a: int, Y_prev: np.ndarray, Rc: np.ndarray) -> None:
         kd = self.kd
         prev = abT[a - kd:a].reshape(-1)      # band columns a-kd .. a-1 (already factored)
-        self.Hc[self.upper] = prev[self.hc]
+        self.coupling(abT, a)
         self.LT[self.lower] = prev[self.lt]
         LCt, info = dtrtrs(self.LT, self.Hc.T, lower=1)   # L_C^T = L_T^-1 H_C^T
         if info != 0:  # pragma: no cover - L_T's diagonal is the factor's, positive
@@ -353,14 +359,12 @@ def sampling_covariance(system: object, reading_rows: int, work: dict | None = N
         N, r, d = c.A_x.shape
         order = np.asarray(c.order, int)
         kd = f.L.shape[0] - 1
-        ii, jj = np.triu_indices(kd)  # L[b + i, b - kd + j] (i <= j), stored at [kd + i - j]
+        carry = _Carry(kd)
         U_next = None
         for (a, b), Y in zip(reversed(f.spans), reversed(f.Y)):
             rhs = np.array(Y[:, :p], order="F")
             if U_next is not None:  # the rows below the chunk, already solved
-                Lc = np.zeros((kd, kd))
-                Lc[ii, jj] = f.L[kd + ii - jj, b - kd + jj]
-                rhs[-kd:] -= Lc.T @ U_next[:kd]
+                rhs[-kd:] -= carry.coupling(f.L.T, b).T @ U_next[:kd]
             U, info = dtbtrs(f.L[:, a:b], rhs, uplo="L", trans="T", overwrite_b=1)
             if info != 0:  # pragma: no cover - dpbtrf's pivots are positive
                 raise RuntimeError(f"the triangular solve failed ({info})")
