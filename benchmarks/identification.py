@@ -33,9 +33,11 @@ from a guess 30 % off (alternating signs) with the bias guessed 0.
 
 Reported per seed and summarized: errors of every identifiable combination, v . (phi_hat -
 phi_true) in the coordinates the model is linear in (m, m c, I_O, coefficients) divided by
-their YAML values (so an error of 0.005 is 0.5 % of the YAML scale), of the viscous and Coulomb
-coefficients and K; the coverage of the 95 % intervals (identified combinations and the
-physical friction / K / bias values), both the posterior's (``std``: the model's process noise
+their YAML values (so an error of 0.005 is 0.5 % of the YAML scale), and of the identified
+combinations of the inertial parameters alone, friction, K and bias marginalized out (the base
+parameters: :func:`base_combinations`); of the viscous and Coulomb coefficients and K; the
+coverage of the 95 % intervals (identified combinations, base parameters, and the physical
+friction / K / bias values), both the posterior's (``std``: the model's process noise
 counted) and the sampling ones (``sampling_std``: the readings' noise alone, which is all the
 randomness of these exact-model recordings); the number of null directions; Levenberg-Marquardt
 iterations (total over the continuation's stages, and in the final stage); time; the held-out
@@ -251,6 +253,28 @@ def synthesize(mech, sensors, tr, U, seed, dt, payload=(), dither=False):
     return Recording(tuple(rd), tr.t.size, dt, U, payload=payload)
 
 
+def base_combinations(res, Jl, phi_true):
+    """The identified combinations of the inertial parameters alone (the base parameters of
+    the classical identification literature): the eigenvectors of the data information on
+    the inertial coordinates of phi (m, m c, I_O, scaled by their YAML values) with the other
+    parameters (friction, K, bias) marginalized out (its Schur complement), all but as many
+    as ``res`` flags null directions (those lie in the inertial coordinates).  Returns each
+    one's |error| (scaled, as the identified combinations'), posterior std and sampling std."""
+    inertial = np.array([lab.startswith(("m[", "m*c_", "I_O[")) for lab in
+                         res.combination_labels])
+    F = res.information
+    Fi = (F[np.ix_(inertial, inertial)] - F[np.ix_(inertial, ~inertial)]
+          @ np.linalg.solve(F[np.ix_(~inertial, ~inertial)], F[np.ix_(~inertial, inertial)]))
+    lam, V = np.linalg.eigh(0.5 * (Fi + Fi.T))
+    V = V[:, lam.argsort()[::-1][:inertial.sum() - int(np.sum(~res.identifiable))]].T
+    err = np.abs(V @ (res.combination_values - phi_true)[inertial])
+
+    def std_of(cov_theta):
+        cov = (Jl @ cov_theta @ Jl.T)[np.ix_(inertial, inertial)]
+        return np.sqrt(np.einsum("ij,jk,ik->i", V, cov, V))
+    return err, std_of(res.theta_covariance), std_of(res.sampling_covariance)
+
+
 def force_baseline(models, sensors, recs):
     """The state estimators' ``+force`` baseline (``fg-batch+force``: an unknown random-walk
     force on the crank angle) on each training recording with the guessed model (the payload
@@ -325,7 +349,7 @@ def main(argv=None) -> int:
         settings = dataclasses.replace(settings, continuation=tuple(args.continuation))
     rows = []
     pooled = {"comb_z": [], "comb_z_sampling": [], "comb_strong": [], "phys_z": [],
-              "phys_z_sampling": []}
+              "phys_z_sampling": [], "base_z": [], "base_z_sampling": []}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         if runs is None or args.excitation == "random":
             runs = truth_runs(truth, loaded, recording_phases(seed, args.excitation), args.t_end,
@@ -351,6 +375,7 @@ def main(argv=None) -> int:
                                      res.directions[ok]))
         comb_std = comb_std_of(res.theta_covariance)
         comb_std_s = comb_std_of(res.sampling_covariance)
+        base_err, base_std, base_std_s = base_combinations(res, Jl, phi_true)
         rel = (res.values - values_true) / np.abs(values_true)
         z = (res.values - values_true) / res.std
         z_s = (res.values - values_true) / res.sampling_std
@@ -365,6 +390,8 @@ def main(argv=None) -> int:
         pooled["comb_z"].append(comb_err / comb_std)
         pooled["comb_z_sampling"].append(comb_err / comb_std_s)
         pooled["comb_strong"].append(strong)
+        pooled["base_z"].append(base_err / base_std)
+        pooled["base_z_sampling"].append(base_err / base_std_s)
         pooled["phys_z"].append(z[phys])
         pooled["phys_z_sampling"].append(z_s[phys])
         row = dict(seed=seed, converged=res.converged, iterations=res.stats.iterations,
@@ -373,6 +400,7 @@ def main(argv=None) -> int:
                    nulls=int(np.sum(~ok)), identified=int(np.sum(ok)),
                    comb_max=float(comb_err.max()),
                    comb_strong_max=float(comb_err[strong].max()) if strong.any() else 0.0,
+                   base_max=float(base_err.max()),
                    comb_cover=float(np.mean(comb_err < 1.96 * comb_std)),
                    comb_cover_sampling=float(np.mean(comb_err < 1.96 * comb_std_s)),
                    visc_max=float(np.max(np.abs(rel[visc]))),
@@ -424,6 +452,8 @@ def main(argv=None) -> int:
          lambda x: x <= 0.005)
     line("— those with information > 1e4 (std < 1 %)", "≤ 0.5 %", "comb_strong_max", pct,
          lambda x: x <= 0.005)
+    line("inertial (base-parameter) combinations, max error (scaled)", "≤ 0.5 %", "base_max",
+         pct, lambda x: x <= 0.005)
     line("viscous coefficients, max relative error", "≤ 5 %", "visc_max", pct, lambda x: x <= 0.05)
     line("Coulomb, relative error", "≤ 2 %", "coul", pct, lambda x: x <= 0.02)
     line("K, relative error", "≤ 2 %", "K", pct, lambda x: x <= 0.02)
@@ -464,6 +494,10 @@ def main(argv=None) -> int:
               f"(RMS {np.sqrt(np.mean(cz[cs] ** 2)):.2f}),"
               f" the others {100 * np.mean(cz[~cs] < 1.96):.1f} % of {(~cs).sum()} "
               f"(RMS {np.sqrt(np.mean(cz[~cs] ** 2)):.2f})")
+        bz = np.concatenate(pooled["base_z" + tag])
+        print(f"- inertial (base-parameter) combinations: coverage "
+              f"{100 * np.mean(bz < 1.96):.1f} % of {bz.size}, RMS error/std "
+              f"{np.sqrt(np.mean(bz ** 2)):.2f}")
         print(f"- friction, K, bias: coverage {100 * np.mean(np.abs(pz) < 1.96):.1f} % of "
               f"{pz.size}, RMS error/std {np.sqrt(np.mean(pz ** 2)):.2f}")
         for j, n in enumerate(phys_names):
