@@ -10,7 +10,8 @@ every 4th step, a prototype coupler 20 % heavier than the model's instead of a g
 
 For every condition, sensor setup and estimator the table gives the crank-angle RMSE [rad]
 over the seeds (mean, worst seed), the 2-sigma coverage of the estimator's reported band
-after 0.5 s (mean over the seeds), the RMS of the readings' residuals against the estimate
+after 0.5 s (mean over the seeds, ± its standard error over them: the steps of one run are
+correlated, so the seeds are the independent samples), the RMS of the readings' residuals against the estimate
 after 0.5 s in units of each sensor's sigma (needs no truth: two cells with the same residual
 cannot be told apart by the readings), CPU ms per 5 ms step, and for each baseline the paired
 difference ``reference - baseline`` of the RMSEs with its 95 % confidence interval (Student
@@ -154,7 +155,8 @@ def table(rows, cond, setup, names, seeds, reference):
     get = {n: [rows.get((cond, setup, n, s)) for s in seeds] for n in names}
     ref = get.get(reference)
     lines = [f"#### {cond}, {setup}", "",
-             f"| estimator | mean RMSE | worst seed | 2σ coverage | reading residual [σ] | "
+             f"| estimator | mean RMSE | worst seed | 2σ coverage ± its standard error | "
+             f"reading residual [σ] | "
              f"ms/step | failed | {reference} − estimator: mean [95 % CI] | "
              f"mean RMSE after 2 s | {reference} − estimator after 2 s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -169,6 +171,8 @@ def table(rows, cond, setup, names, seeds, reference):
         worst = ok[int(np.argmax(v))]
         cov, residual = (np.nanmean([r[f] for r in ok]) if any(np.isfinite(r[f]) for r in ok)
                          else float("nan") for f in ("coverage", "residual"))
+        covs = np.array([r["coverage"] for r in ok if np.isfinite(r["coverage"])])
+        cov_se = np.std(covs, ddof=1) / math.sqrt(covs.size) if covs.size > 1 else float("nan")
         ms = np.nanmean([r["ms_per_step"] for r in ok])
         diff = diff_after = "-"
         if n != reference and ref is not None:
@@ -181,7 +185,8 @@ def table(rows, cond, setup, names, seeds, reference):
                     verdict = "wins" if hi < 0 else ("loses" if lo > 0 else "tie")
                     cells.append(f"{m:+.5f} [{lo:+.5f}, {hi:+.5f}] {verdict}")
                 diff, diff_after = cells
-        covtxt = "-" if not np.isfinite(cov) else f"{100 * cov:.0f} %"
+        covtxt = ("-" if not np.isfinite(cov) else f"{100 * cov:.1f} %"
+                  + (f" ± {100 * cov_se:.1f}" if np.isfinite(cov_se) else ""))
         restxt = "-" if not np.isfinite(residual) else f"{residual:.2f}"
         lines.append(f"| {n} | {np.mean(v):.5f} | {worst['rmse']:.5f} (seed {worst['seed']}) | "
                      f"{covtxt} | {restxt} | {ms:.2f} | {failed} | {diff} | "
