@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Stats", "TrajectoryResult", "EstimationResult", "IdentificationResult", "ValidationResult"]
+__all__ = ["Stats", "TrajectoryResult", "EstimationResult", "IdentificationResult",
+           "BaseParameters", "ValidationResult"]
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,37 @@ class EstimationResult:
 
 
 @dataclass(frozen=True)
+class BaseParameters:
+    """The inertial base parameters of an identification: the combinations of the inertial
+    coordinates of phi alone (m, m c_x, m c_y, I_O of the bodies, scaled as
+    ``IdentificationResult.combination_scales``) that the data determine, the other parameters
+    (friction coefficients, gains, biases) marginalized out.  They are the identifiable
+    combinations of the identification literature; unlike ``IdentificationResult.directions``
+    they do not mix in the other parameters.
+
+    Attributes
+    ----------
+    spectrum : (k,)
+        The data's information along each, descending (k: the number of inertial
+        coordinates): eigenvalues of the Schur complement of the data information on the
+        inertial coordinates.
+    directions : (k, p)
+        Unit rows in the coordinates of phi (zero on the non-inertial ones).
+    identifiable : (k,) bool
+        The data informs the direction more than the prior does.
+    values, std, sampling_std : (k,)
+        v . phi at the result, and its posterior and sampling standard deviations
+        (dimensionless: phi is scaled).
+    """
+    spectrum: np.ndarray
+    directions: np.ndarray
+    identifiable: np.ndarray
+    values: np.ndarray
+    std: np.ndarray
+    sampling_std: np.ndarray
+
+
+@dataclass(frozen=True)
 class IdentificationResult:
     """Identified physical parameters (:func:`mbfg.identify`, docs/identification.md).
 
@@ -287,6 +319,9 @@ class IdentificationResult:
         along null directions.  NaN when the banded Cholesky could not factor the system.
     sampling_covariance : (p, p)
         The same for theta (the chart).
+    base_parameters : BaseParameters
+        The identifiable combinations of the inertial parameters alone (friction, gains and
+        biases marginalized out).
     """
     names: tuple
     units: tuple
@@ -309,6 +344,7 @@ class IdentificationResult:
     stats: Stats = field(default_factory=lambda: Stats("none", 0.0, 0))
     sampling_std: np.ndarray | None = None
     sampling_covariance: np.ndarray | None = None
+    base_parameters: BaseParameters | None = None
 
     @property
     def null_directions(self) -> np.ndarray:
@@ -327,7 +363,10 @@ class IdentificationResult:
     def combination_text(self, i: int, digits: int = 3) -> str:
         """Direction i as text, e.g. ``+0.707 m[1]/7.5 -0.707 motors[0].gain/5`` (scaled
         coordinates; terms below 0.05 left out)."""
-        v = self.directions[i]
+        return self.direction_text(self.directions[i], digits)
+
+    def direction_text(self, v: np.ndarray, digits: int = 3) -> str:
+        """A direction (p,) in the coordinates of phi as text (:meth:`combination_text`)."""
         big = np.flatnonzero(np.abs(v) >= 0.05)
         return " ".join(f"{v[j]:+.{digits}f} {self.combination_labels[j]}/"
                         f"{self.combination_scales[j]:.4g}" for j in big)
@@ -352,6 +391,12 @@ class IdentificationResult:
                               "identifiable": bool(ok), "text": self.combination_text(i)}
                              for i, (s, d, ok) in enumerate(zip(self.spectrum, self.directions,
                                                                  self.identifiable))],
+            "base_parameters": ([] if (b := self.base_parameters) is None else [
+                {"information": float(lam), "direction": v.tolist(), "identifiable": bool(ok),
+                 "value": float(x), "std": float(sd), "sampling_std": float(ss),
+                 "text": self.direction_text(v)}
+                for lam, v, ok, x, sd, ss in zip(b.spectrum, b.directions, b.identifiable,
+                                                 b.values, b.std, b.sampling_std)]),
             "costs": [float(c) for c in self.costs],
             "converged": bool(self.converged),
             "stats": json.loads(self.stats.to_json()),
@@ -393,6 +438,18 @@ class IdentificationResult:
             std = 1.0 / np.sqrt(s) if s > 0 else float("inf")
             lines.append(f"| {i} | {s:.3e} | {std:.3g} | {'identified' if ok else '**null**'} | "
                          f"{self.combination_text(i)} |")
+        b = self.base_parameters
+        if b is not None and b.spectrum.size:
+            lines += ["", "## Inertial base parameters", "",
+                      "The combinations of the inertial coordinates alone (m, m c, I_O, scaled "
+                      "as above) that the data determine, friction, gains and biases "
+                      "marginalized out.", "",
+                      "| # | value | std | sampling std | status | combination |",
+                      "|---|---|---|---|---|---|"]
+            for i, (x, sd, ss, ok, v) in enumerate(zip(b.values, b.std, b.sampling_std,
+                                                        b.identifiable, b.directions)):
+                lines.append(f"| {i} | {x:.6g} | {sd:.3g} | {ss:.3g} | "
+                             f"{'identified' if ok else '**null**'} | {self.direction_text(v)} |")
         return "\n".join(lines) + "\n"
 
 

@@ -109,6 +109,33 @@ def test_result_serializes_and_reports(data, tmp_path):
     assert "planar_bodies[1].mass" in text and "95 % interval (sampling)" in text
 
 
+def test_inertial_base_parameters(data):
+    """The base parameters: directions in the inertial coordinates only; each identified one's
+    posterior variance is the inverse of its information from the data (the Schur complement
+    with the other parameters marginalized: by the block inverse, the prior's share aside);
+    they are reported and serialized."""
+    truth, sensors, *_, true_values, res = data
+    b = res.base_parameters
+    inertial = np.array([lab.startswith(("m[", "m*c_", "I_O[")) for lab in
+                         res.combination_labels])
+    assert b.spectrum.size == inertial.sum() == 3
+    assert np.all(b.directions[:, ~inertial] == 0.0)
+    np.testing.assert_allclose(np.linalg.norm(b.directions, axis=1), 1.0, rtol=1e-12)
+    assert np.all(b.identifiable)
+    np.testing.assert_allclose(b.std, 1.0 / np.sqrt(b.spectrum), rtol=0.02)
+    assert np.all(b.sampling_std <= b.std * (1.0 + 1e-3))
+    # the values are those of v . phi at the result, and hold the truth
+    ps = parameter_set(truth, NAMES, sensors)
+    phi_true = ps.linear_values(ps.theta_of(truth, sensors)) * ps.linear_scales() \
+        / res.combination_scales
+    np.testing.assert_allclose(b.values, b.directions @ res.combination_values, rtol=1e-12)
+    assert np.max(np.abs(b.directions @ phi_true - b.values) / b.std) < 4.0
+    import json
+    d = json.loads(res.to_json())["base_parameters"]
+    np.testing.assert_allclose([x["std"] for x in d], b.std)
+    assert "## Inertial base parameters" in res.report()
+
+
 def test_cross_validation_cost_matches_training(data):
     truth, sensors, guess, gs, train, held, _, res = data
     val = mbfg.cross_validate(guess, gs, held, res)
@@ -140,6 +167,10 @@ def test_scale_null_direction_is_flagged(data):
     fixed = mbfg.identify(truth, sensors, [train], names.replace(", motors[0].gain", ""),
                           settings=IdentificationSettings(max_iterations=10))
     assert int(np.sum(~fixed.identifiable)) == nulls - 1
+    # every null direction has an inertial part, so the base parameters lose as many (the
+    # common scale among them), and one fewer with the gain fixed
+    assert int(np.sum(~res.base_parameters.identifiable)) == nulls
+    assert int(np.sum(~fixed.base_parameters.identifiable)) == nulls - 1
     # a second recording with a known payload: the scale is seen, the gain identified
     loaded = _record(truth, sensors, 0.3, 3, payload=PAYLOAD)
     both = mbfg.identify(truth, sensors, [train, loaded], names,
@@ -203,6 +234,11 @@ def test_units_do_not_matter(data):
     np.testing.assert_allclose(res_mm.std, res.std * scale, rtol=0.01)
     np.testing.assert_allclose(res_mm.sampling_std, res.sampling_std * scale, rtol=0.01)
     np.testing.assert_allclose(res_mm.spectrum, res.spectrum, rtol=0.01)
+    b, b_mm = res.base_parameters, res_mm.base_parameters  # unit-free: the same numbers
+    np.testing.assert_allclose(b_mm.spectrum, b.spectrum, rtol=0.01)
+    np.testing.assert_allclose(b_mm.std, b.std, rtol=0.01)
+    np.testing.assert_allclose(b_mm.sampling_std, b.sampling_std, rtol=0.01)
+    assert np.all(np.abs(b_mm.values - b.values) < 0.01 * b.std)
 
 
 def test_short_continuation_matches_the_former_one(data):

@@ -250,6 +250,10 @@ def cmd_identify(args: argparse.Namespace) -> int:
           + ("; null directions: " + "; ".join(res.combination_text(i) for i in
                                                 np.flatnonzero(~res.identifiable))
              if nulls else ""))
+    b = res.base_parameters
+    if b is not None and b.spectrum.size:
+        print(f"inertial base parameters: {int(np.sum(b.identifiable))} of {b.spectrum.size} "
+              "identified (the report lists them)")
     if args.out:
         print(f"saved:     {res.save(args.out)}")
     report = res.report()

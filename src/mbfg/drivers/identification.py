@@ -24,7 +24,8 @@ from mbfg.graphs.identification import (IdentificationProblem, IdentificationSet
                                         jerk_coordinates, motion_scales, payload_vector)
 from mbfg.model.identification import initial_states, initial_states_many, parameter_set
 from mbfg.model.sensors import readings_on_grid
-from mbfg.results import EstimationResult, IdentificationResult, Stats, ValidationResult
+from mbfg.results import (BaseParameters, EstimationResult, IdentificationResult, Stats,
+                          ValidationResult)
 from mbfg.solvers.identification import optimize_joint, sampling_covariance
 
 if TYPE_CHECKING:
@@ -300,15 +301,15 @@ def identify(
     corr = np.where(np.isfinite(corr), corr, 0.0)
     # identifiability in the coordinates the model is linear in (scaled, unit-free): there the
     # null directions of the inertial parameters are linear subspaces
-    Jl_inv = np.linalg.inv(params.linear_jacobian(theta))
+    Jl = params.linear_jacobian(theta)
+    Jl_inv = np.linalg.inv(Jl)
     data_info = Jl_inv.T @ (info - prior_info) @ Jl_inv
     data_info = 0.5 * (data_info + data_info.T)
     prior_l = Jl_inv.T @ prior_info @ Jl_inv
-    lam, vec = np.linalg.eigh(data_info)
-    order = np.argsort(lam)[::-1]
-    lam, vec = np.maximum(lam[order], 0.0), vec[:, order].T
-    vec = vec * np.where(vec[np.arange(len(vec)), np.argmax(np.abs(vec), axis=1)] < 0, -1.0, 1.0)[:, None]
-    identifiable = lam > np.einsum("ij,jk,ik->i", vec, prior_l, vec)
+    lam, vec, identifiable = _spectrum(data_info, prior_l)
+    base = _base_parameters(data_info, prior_l, params.linear_inertial(),
+                            params.linear_values(theta), Jl @ cov_theta @ Jl.T,
+                            Jl @ sampling @ Jl.T)
     parts = [_cost(problem, r, X, theta, st.system) for r, X in enumerate(Xs)]
     costs = np.array([c for c, _ in parts])
     if converged:  # (a run that did not converge says so already)
@@ -322,7 +323,7 @@ def identify(
                                std, corr, theta, cov_theta, data_info, lam, vec, identifiable,
                                params.linear_labels(), params.linear_scales(),
                                params.linear_values(theta), states, costs, bool(converged),
-                               stats, sampling_std, sampling)
+                               stats, sampling_std, sampling, base)
     if not converged and raise_on_failure:
         err = ConvergenceError(f"identification did not converge ({reason}; "
                                f"{seconds:.1f} s)", residual=st.final_error,
@@ -330,6 +331,40 @@ def identify(
         err.partial = res
         raise err
     return res
+
+
+def _spectrum(info: np.ndarray, prior: np.ndarray) -> tuple:
+    """The eigen-decomposition of a (k, k) information matrix: eigenvalues descending (k,)
+    (negative rounding clipped to 0), unit eigenvectors as rows (k, k), each with its largest
+    component positive, and whether the information along each exceeds ``prior``'s (k,)."""
+    lam, vec = np.linalg.eigh(0.5 * (info + info.T))
+    order = np.argsort(lam)[::-1]
+    lam, vec = np.maximum(lam[order], 0.0), vec[:, order].T
+    vec = vec * np.where(vec[np.arange(len(vec)), np.argmax(np.abs(vec), axis=1)] < 0,
+                         -1.0, 1.0)[:, None]
+    return lam, vec, lam > np.einsum("ij,jk,ik->i", vec, prior, vec)
+
+
+def _base_parameters(data_info, prior, inertial, phi, cov, sampling) -> BaseParameters:
+    """The inertial base parameters: :func:`_spectrum` of the data information (p, p) about
+    the inertial coordinates of phi (``inertial`` (p,) bool) with the others (friction, gains,
+    biases) marginalized out: its Schur complement F_II - F_IO F_OO^+ F_OI (a pseudo-inverse:
+    a direction of the others the data does not see has nothing to marginalize).  A
+    direction is identified when that information exceeds the prior's along it; its value
+    and standard deviations (posterior ``cov``, ``sampling``: (p, p) covariances of phi) are
+    those of v . phi."""
+    I, O = inertial, ~inertial
+    F = data_info[np.ix_(I, I)]
+    if O.any():
+        F = F - data_info[np.ix_(I, O)] @ np.linalg.pinv(data_info[np.ix_(O, O)],
+                                                          hermitian=True) @ data_info[np.ix_(O, I)]
+    lam, vec, ok = _spectrum(F, prior[np.ix_(I, I)])
+    directions = np.zeros((lam.size, inertial.size))
+    directions[:, I] = vec
+
+    def std_of(c):
+        return np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", directions, c, directions), 0.0))
+    return BaseParameters(lam, directions, ok, directions @ phi, std_of(cov), std_of(sampling))
 
 
 def identified_mechanism(model: Mechanism, result: IdentificationResult,

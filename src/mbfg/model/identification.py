@@ -367,6 +367,10 @@ class ParameterSet:
                 out[j] = abs(self._ref[j]) if np.isnan(self._scale[j]) else self._scale[j]
         return out
 
+    def linear_inertial(self) -> np.ndarray:
+        """(p,) bool: which coordinates of phi are inertial (a body's m, m c_x, m c_y, I_O)."""
+        return np.array([kind == "body" for kind, _, _ in self._kind], bool)
+
     def linear_labels(self) -> tuple:
         """Labels of phi: ``m[1]``, ``m*c_x[1]``, ``I_O[1]`` or the parameter name."""
         out = []
