@@ -35,9 +35,9 @@ Reported per seed and summarized: errors of every identifiable combination, v . 
 phi_true) in the coordinates the model is linear in (m, m c, I_O, coefficients) divided by
 their YAML values (so an error of 0.005 is 0.5 % of the YAML scale), and of the identified
 combinations of the inertial parameters alone, friction, K and bias marginalized out (the base
-parameters: :func:`base_combinations`); of the viscous and Coulomb coefficients and K; the
-coverage of the 95 % intervals (identified combinations, base parameters, and the physical
-friction / K / bias values), both the posterior's (``std``: the model's process noise
+parameters: ``IdentificationResult.base_parameters``); of the viscous and Coulomb coefficients
+and K; the coverage of the 95 % intervals (identified combinations, base parameters, and the
+physical friction / K / bias values), both the posterior's (``std``: the model's process noise
 counted) and the sampling ones (``sampling_std``: the readings' noise alone, which is all the
 randomness of these exact-model recordings); the number of null directions; Levenberg-Marquardt
 iterations (total over the continuation's stages, and in the final stage); time; the held-out
@@ -253,28 +253,6 @@ def synthesize(mech, sensors, tr, U, seed, dt, payload=(), dither=False):
     return Recording(tuple(rd), tr.t.size, dt, U, payload=payload)
 
 
-def base_combinations(res, Jl, phi_true):
-    """The identified combinations of the inertial parameters alone (the base parameters of
-    the classical identification literature): the eigenvectors of the data information on
-    the inertial coordinates of phi (m, m c, I_O, scaled by their YAML values) with the other
-    parameters (friction, K, bias) marginalized out (its Schur complement), all but as many
-    as ``res`` flags null directions (those lie in the inertial coordinates).  Returns each
-    one's |error| (scaled, as the identified combinations'), posterior std and sampling std."""
-    inertial = np.array([lab.startswith(("m[", "m*c_", "I_O[")) for lab in
-                         res.combination_labels])
-    F = res.information
-    Fi = (F[np.ix_(inertial, inertial)] - F[np.ix_(inertial, ~inertial)]
-          @ np.linalg.solve(F[np.ix_(~inertial, ~inertial)], F[np.ix_(~inertial, inertial)]))
-    lam, V = np.linalg.eigh(0.5 * (Fi + Fi.T))
-    V = V[:, lam.argsort()[::-1][:inertial.sum() - int(np.sum(~res.identifiable))]].T
-    err = np.abs(V @ (res.combination_values - phi_true)[inertial])
-
-    def std_of(cov_theta):
-        cov = (Jl @ cov_theta @ Jl.T)[np.ix_(inertial, inertial)]
-        return np.sqrt(np.einsum("ij,jk,ik->i", V, cov, V))
-    return err, std_of(res.theta_covariance), std_of(res.sampling_covariance)
-
-
 def force_baseline(models, sensors, recs):
     """The state estimators' ``+force`` baseline (``fg-batch+force``: an unknown random-walk
     force on the crank angle) on each training recording with the guessed model (the payload
@@ -375,7 +353,10 @@ def main(argv=None) -> int:
                                      res.directions[ok]))
         comb_std = comb_std_of(res.theta_covariance)
         comb_std_s = comb_std_of(res.sampling_covariance)
-        base_err, base_std, base_std_s = base_combinations(res, Jl, phi_true)
+        b = res.base_parameters  # the inertial combinations alone (friction, K, bias
+        ok_b = b.identifiable    # marginalized)
+        base_err = np.abs(b.directions[ok_b] @ phi_true - b.values[ok_b])
+        base_std, base_std_s = b.std[ok_b], b.sampling_std[ok_b]
         rel = (res.values - values_true) / np.abs(values_true)
         z = (res.values - values_true) / res.std
         z_s = (res.values - values_true) / res.sampling_std
