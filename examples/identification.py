@@ -189,7 +189,20 @@ fig.savefig(FIGURES / "identification-spectrum.png", dpi=110)
 plt.show()
 for i in order:
     flag = "" if res.identifiable[i] else "   <- null direction"
-    print(f"{res.spectrum[i]:10.3g}  {res.combination_labels[i]}{flag}")
+    print(f"{res.spectrum[i]:10.3g}  {res.combination_text(i, digits=2)}{flag}")
+
+# %% [markdown]
+# The directions above mix every parameter, so the weakest identified ones are friction
+# directions.  The **inertial base parameters** are the combinations of the masses, first
+# moments and inertias alone that the data determine, with friction, the gain and the bias
+# marginalized out (the identifiable combinations of the identification literature); their
+# values and standard deviations are dimensionless, like the coordinates they combine.
+
+# %%
+b = res.base_parameters
+for x, sd, ok, v in zip(b.values, b.std, b.identifiable, b.directions):
+    status = f"{x:+.5f} +- {sd:.1e}" if ok else "null direction"
+    print(f"{status:24s}  {res.direction_text(v, digits=2)}")
 
 # %% [markdown]
 # ## Held-out recording: prediction and fit
