@@ -250,6 +250,8 @@ def test_identify_kind_same_rows_on_two_workers(cluster, tmp_path):
         assert abs(row["rel_error(motors[0].gain)"]) < 4 * row["rel_std(motors[0].gain)"]
         assert row["max_z"] < 4 and row["max_rel_std"] > 0
         assert row["max_z"] <= row["max_z_sampling"] * (1 + 1e-3) and row["max_z_sampling"] < 4.5
+        # the one inertial base parameter here (the coupler's mass) within 4 std
+        assert row["base_max_error"] > 0 and row["base_max_z"] < 4
     assert a.column("rel_error(planar_bodies[1].mass)")[0] != \
         a.column("rel_error(planar_bodies[1].mass)")[1]  # the seed changes the readings
     with np.load(tmp_path / "arrays" / f"{a.rows[0]['case']}.npz") as z:

@@ -597,13 +597,16 @@ register_kind(
 
 # ------------------------------------------------------------------------------ identify
 IDENTIFY_METRICS = ("converged", "iterations", "final_iterations", "max_rel_error",
-                    "max_rel_std", "max_z", "max_z_sampling", "cost", "null_directions",
-                    "seconds")
+                    "max_rel_std", "max_z", "max_z_sampling", "base_max_error", "base_max_z",
+                    "cost", "null_directions", "seconds")
 """Metrics of ``identify``: whether Levenberg-Marquardt converged; its iterations (all stages
 of the continuation, and the final stage); over the identified parameters the largest
 |value - true| / |true|, std / |true| and |value - true| / std (parameters whose true value is
 0 count in ``max_z`` only), and |value - true| / sampling std (the readings' noise alone:
-the study's recordings come from the exact model); the training cost per reading (about 1 when the model fits the
+the study's recordings come from the exact model); over the identified inertial base
+parameters (``IdentificationResult.base_parameters``) the largest |v . (phi - phi_true)|
+(dimensionless: phi scaled by the YAML values, so 0.005 is 0.5 %) and that over its std;
+the training cost per reading (about 1 when the model fits the
 noise); the number of null directions (combinations the data do not see); the wall time of
 ``mbfg.identify`` [s] (timing).  Then, per identified parameter p (canonical name), the
 columns ``rel_error(p)`` = (value - true) / |true| (signed) and ``rel_std(p)`` = std / |true|
@@ -773,10 +776,16 @@ def _identify_case(case: Case) -> CaseOutput:
     def largest(x):
         x = x[np.isfinite(x)]
         return float(np.max(np.abs(x))) if x.size else float("nan")
+    b = res.base_parameters  # the true phi in the result's scales (those of the start)
+    phi_true = params.linear_values(np.zeros(params.size)) * params.linear_scales() \
+        / np.asarray(res.combination_scales, float)
+    base_error = (b.directions @ phi_true - b.values)[b.identifiable]
     m = dict(converged=bool(res.converged), iterations=int(res.stats.iterations),
              final_iterations=int(res.stats["final_iterations"]),
              max_rel_error=largest(rel_error), max_rel_std=largest(rel_std), max_z=largest(z),
-             max_z_sampling=largest(z_sampling), cost=float(np.mean(res.costs)),
+             max_z_sampling=largest(z_sampling), base_max_error=largest(base_error),
+             base_max_z=largest(base_error / b.std[b.identifiable]),
+             cost=float(np.mean(res.costs)),
              null_directions=int(np.sum(~np.asarray(res.identifiable, bool))), seconds=seconds)
     for n, e, d in zip(res.names, rel_error, rel_std):
         m[f"rel_error({n})"] = float(e) if np.isfinite(e) else None
