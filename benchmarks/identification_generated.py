@@ -14,7 +14,9 @@ system, so its two rows must agree.
 Columns: dof, parameters p, converged, LM iterations, cost per reading (about 1 when the fit
 is consistent with the sensors' noise), max |z| = max |estimate - truth| / std over every
 parameter (honest 95 % intervals keep it below about 2-3), the same with the sampling std (the
-readings' noise alone; these recordings come from the exact model), the parameters whose std
+readings' noise alone; these recordings come from the exact model), the inertial base
+parameters identified and their max |z| (``IdentificationResult.base_parameters``: the
+combinations of the masses and inertias alone, friction marginalized), the parameters whose std
 is below 10 % of their value ("well-determined") and their largest relative error,
 identification and simulation times.
 
@@ -54,12 +56,19 @@ def run_case(family, seed, length, mass, steps):
     t2 = time.perf_counter()
     z = np.abs(res.values - case.true_values) / res.std
     z_s = np.abs(res.values - case.true_values) / res.sampling_std
+    from mbfg.model.identification import parameter_set
+    ps = parameter_set(case.truth, list(case.names), case.sensors)
+    phi_true = ps.linear_values(np.zeros(ps.size)) * ps.linear_scales() / res.combination_scales
+    b = res.base_parameters
+    z_b = np.abs(b.directions @ phi_true - b.values)[b.identifiable] / b.std[b.identifiable]
     rel = np.abs(res.values - case.true_values) / np.abs(case.true_values)
     well = res.std < 0.1 * np.abs(res.values)
     return {"family": family, "seed": seed, "length": length, "mass": mass,
             "dof": case.truth.dof, "p": len(case.names), "converged": bool(res.converged),
             "iterations": int(res.stats.iterations), "cost": float(res.costs[0]),
             "max_z": float(np.max(z)), "max_z_sampling": float(np.max(z_s)),
+            "base": f"{int(b.identifiable.sum())}/{b.spectrum.size}",
+            "base_max_z": float(np.max(z_b)) if z_b.size else float("nan"),
             "well": int(well.sum()),
             "max_rel_well": float(np.max(rel[well])) if well.any() else float("nan"),
             "identify_s": t2 - t1, "simulate_s": t1 - t0}
@@ -76,8 +85,9 @@ def main(argv=None) -> int:
     scales = [tuple(float(x) for x in s.split(":")) for s in a.scales]
     print(machine_info())
     print("| family | seed | L [m] | M [kg] | dof | p | converged | iterations | cost/reading "
-          "| max abs z | max abs z (sampling std) | well-determined | max rel. error (well) | identify [s] | simulate [s] |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| max abs z | max abs z (sampling std) | base parameters identified | their max abs z "
+          "| well-determined | max rel. error (well) | identify [s] | simulate [s] |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for family in a.families:
         for seed in a.seeds:
@@ -87,6 +97,7 @@ def main(argv=None) -> int:
                 print(f"| {family} | {seed} | {length:g} | {mass:g} | {r['dof']} | {r['p']} | "
                       f"{'yes' if r['converged'] else '**no**'} | {r['iterations']} | "
                       f"{r['cost']:.3g} | {r['max_z']:.2f} | {r['max_z_sampling']:.2f} | "
+                      f"{r['base']} | {r['base_max_z']:.2f} | "
                       f"{r['well']}/{r['p']} | "
                       f"{r['max_rel_well']:.2g} | {r['identify_s']:.1f} | {r['simulate_s']:.1f} |",
                       flush=True)
