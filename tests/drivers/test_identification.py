@@ -136,6 +136,25 @@ def test_inertial_base_parameters(data):
     assert "## Inertial base parameters" in res.report()
 
 
+@pytest.mark.parametrize("names", ["friction[0].viscous, motors[0].gain",
+                                   "planar_bodies[1].mass, planar_bodies[1].I0"])
+def test_base_parameters_without_other_or_without_inertial_parameters(data, names):
+    """No inertial parameter: no base parameter (report and JSON say nothing of them); only
+    inertial ones: nothing to marginalize, so the base parameters are the combinations."""
+    truth, sensors, *_ = data
+    res = mbfg.identify(truth, sensors, [data[4]], names,
+                        settings=IdentificationSettings(max_iterations=10))
+    b = res.base_parameters
+    if names.startswith("friction"):
+        assert b.spectrum.size == 0 and b.directions.shape == (0, 2)
+        assert "base parameters" not in res.report()
+        import json
+        assert json.loads(res.to_json())["base_parameters"] == []
+    else:
+        np.testing.assert_allclose(b.spectrum, res.spectrum, rtol=1e-9)
+        np.testing.assert_allclose(np.abs(b.directions), np.abs(res.directions), atol=1e-9)
+
+
 def test_cross_validation_cost_matches_training(data):
     truth, sensors, guess, gs, train, held, _, res = data
     val = mbfg.cross_validate(guess, gs, held, res)

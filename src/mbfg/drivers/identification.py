@@ -337,6 +337,8 @@ def _spectrum(info: np.ndarray, prior: np.ndarray) -> tuple:
     """The eigen-decomposition of a (k, k) information matrix: eigenvalues descending (k,)
     (negative rounding clipped to 0), unit eigenvectors as rows (k, k), each with its largest
     component positive, and whether the information along each exceeds ``prior``'s (k,)."""
+    if not info.size:  # (no coordinates, e.g. no inertial parameter among those chosen)
+        return np.zeros(0), np.zeros((0, 0)), np.zeros(0, bool)
     lam, vec = np.linalg.eigh(0.5 * (info + info.T))
     order = np.argsort(lam)[::-1]
     lam, vec = np.maximum(lam[order], 0.0), vec[:, order].T
