@@ -21,7 +21,8 @@ import numpy as np
 
 from mbfg.errors import ConvergenceError, DataError, UsageError
 from mbfg.graphs.identification import (IdentificationProblem, IdentificationSettings, Recording,
-                                        jerk_coordinates, motion_scales, payload_vector)
+                                        jerk_coordinates, motion_scales, payload_vector,
+                                        peak_rates)
 from mbfg.model.identification import initial_states, initial_states_many, parameter_set
 from mbfg.model.sensors import readings_on_grid
 from mbfg.results import (BaseParameters, EstimationResult, IdentificationResult, Stats,
@@ -132,6 +133,16 @@ CONSISTENCY_SIGMAS = 5.0
 """A recording's cost per reading above 1 + CONSISTENCY_SIGMAS sqrt(2 / n) (n its readings:
 the cost of a consistent fit is about chi^2(n) / n) is reported as a fit the noise model does
 not explain (:func:`_warn_inconsistent_fit`)."""
+
+
+def _consistent(step_costs: dict) -> bool:
+    """Whether a recording's cost per reading (its :meth:`~mbfg.graphs.identification.
+    IdentificationProblem.step_costs`) is within 1 + CONSISTENCY_SIGMAS sqrt(2 / n) (n its
+    readings): what the sensors' noise explains."""
+    n = max(float(np.sum(step_costs["readings"])), 1.0)
+    total = float(np.sum(step_costs["observations"] + step_costs["dynamics"]
+                         + step_costs["constraints"]))
+    return total / n <= 1.0 + CONSISTENCY_SIGMAS * np.sqrt(2.0 / n)
 
 
 def _warn_inconsistent_fit(costs, readings):
@@ -247,12 +258,13 @@ def identify(
     work = {}  # the elimination's buffers, shared by the stages
     plan = list(_schedule(settings))
     loose_end = None   # (Xs, theta) at the end of the last loose stage
+    peaks = None       # the peak jerk and snap of a final solution (below)
     retried = False
     while plan:
         kd, free, final = plan.pop(0)
         previous = problem
         problem = IdentificationProblem(params, recs, _stage_settings(settings, kd), first,
-                                        motion, free=free, jerk_coordinates=jerk)
+                                        motion, free=free, jerk_coordinates=jerk, peaks=peaks)
         if Xs is None:
             Xs = [_pack(problem, r.dt, *s) for r, s in zip(recs, starts)]
         # the previous stage's last linearization, its rows reweighted, starts this stage
@@ -286,6 +298,16 @@ def identify(
             Xs, theta, _ = loose_end
             problem, st, retried = None, None, True
             plan = [(kd, False, False), (kd, True, True)]
+        elif converged and peaks is None and not all(
+                _consistent(_cost(problem, r, X, theta, st.system)[1])
+                for r, X in enumerate(Xs)):
+            # a fit the sensors' noise does not explain: the integrator rows' sigmas hold
+            # their own error as the RMS jerk and snap of the (filtered) initial estimate
+            # extrapolate it, and where the motion peaks far above them (near a singular
+            # configuration) the rows bend the states off the dynamics.  The final stage once
+            # more, with those sigmas also from this solution's peaks (model-consistent)
+            peaks = _peaks(problem, Xs, recs)
+            plan = [(kd, True, True)]
     prior_info = problem.prior_information()
     cov_theta = np.linalg.inv(info)
     cov_theta = 0.5 * (cov_theta + cov_theta.T)
@@ -331,6 +353,13 @@ def identify(
         err.partial = res
         raise err
     return res
+
+
+def _peaks(problem: IdentificationProblem, Xs: list, recs: list) -> dict:
+    """:func:`~mbfg.graphs.identification.peak_rates` of a loose stage's solution: the
+    next stages' integrator rows hold their own error where the motion peaks."""
+    return peak_rates(problem.params.mech, [problem.layout.unpack(X)["a"] for X in Xs],
+                      [r.dt for r in recs])
 
 
 def _spectrum(info: np.ndarray, prior: np.ndarray) -> tuple:
@@ -419,12 +448,12 @@ def cross_validate(
     # the identification's continuation (its stages' dynamics sigmas, the states alone): the
     # tight problem's basin is small, and the initial states come from filtered readings
     sigmas = list(dict.fromkeys(kd for kd, _, _ in _schedule(settings)))
-    Xs, problem, st, iterations = None, None, None, 0
+    Xs, problem, st, iterations, peaks = None, None, None, 0, None
     for kd in sigmas:
         final = kd == sigmas[-1]
         previous = problem
         problem = IdentificationProblem(fixed, [rec], _stage_settings(settings, kd), first,
-                                        motion, free=False, jerk_coordinates=jerk)
+                                        motion, free=False, jerk_coordinates=jerk, peaks=peaks)
         if Xs is None:
             Xs = [_pack(problem, rec.dt, *start)]
         initial = None if previous is None else problem.reweighted(st.system, previous)
@@ -434,6 +463,11 @@ def cross_validate(
             progress=None if progress is None else
             (lambda i, n, note, done=iterations: progress(done + i, done + n, note)))
         iterations += st.iterations
+        if final and st.converged and peaks is None and not _consistent(
+                _cost(problem, 0, Xs[0], zero, st.system)[1]):
+            # as in identify: once more with the integrator rows' sigmas from the peaks
+            peaks = _peaks(problem, Xs, [rec])
+            sigmas.append(kd)  # (the loop runs the final stage once more)
     cost, c = _cost(problem, 0, Xs[0], zero, st.system)
     seconds = time.perf_counter() - t0
     stats = Stats.of("cross-validate", seconds, rec.n_steps, iterations, st.converged,

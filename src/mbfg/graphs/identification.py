@@ -60,7 +60,8 @@ velocities, and the acceleration constraints the other accelerations
 (:func:`jerk_coordinates`; a smaller step, a narrower band).  Its rows' sigmas are the
 slack that the process noise leaves anyway over one step (k = ``integrator``, default 0.1,
 times the dynamics sigma integrated over dt), never below the rows' own error (C5 = S^2 / J
-and C6 = S^3 / J^2, the fifth and sixth derivatives extrapolated from the jerk and the snap):
+and C6 = S^3 / J^2, the fifth and sixth derivatives extrapolated from the jerk and the snap;
+with ``peaks``, also from an earlier solution's peak jerk and snap, the larger kept):
 tighter rows would not add information but would make the normal equations too
 ill-conditioned for the banded Cholesky.  Why not the trapezoidal rule: its rows can be no
 tighter than its truncation error (dt^3 / 12 times the third derivative of the integrated
@@ -358,6 +359,26 @@ def motion_scales(mech: Mechanism, states: list, dts: list) -> dict:
     return out
 
 
+def peak_rates(mech: Mechanism, accelerations: list, dts: list) -> dict:
+    """The largest jerk and snap of a motion in the coordinates' scales, ``{"j": J, "s": S}``
+    [1/s^3, 1/s^4]: central differences of each recording's accelerations (T, n) (steps
+    ``dts``), largest over steps and coordinates.  Meant for model-consistent accelerations
+    (an identification stage's solution): those of the initial estimate are differentiated
+    noise.  A rate that vanishes falls back to the characteristic rate's power."""
+    s = coordinate_scales(mech)
+    w = rate_scale(mech)
+    peak = {"j": 0.0, "s": 0.0}
+    for a, dt in zip(accelerations, dts):
+        a = np.asarray(a, float)
+        if len(a) <= 2:
+            continue
+        j = np.gradient(a, dt, axis=0)
+        peak["j"] = max(peak["j"], float(np.max(np.abs(j / s))))
+        peak["s"] = max(peak["s"], float(np.max(np.abs(np.gradient(j, dt, axis=0) / s))))
+    return {k: v if np.isfinite(v) and v > 0 else w ** power
+            for (k, v), power in zip(peak.items(), (3, 4))}
+
+
 JERK_QUALITY_MIN = 0.1
 """The Hermite rule's jerk is carried for one fixed set of independent coordinates when that
 set's quality (:func:`mbfg.model.partition.fixed_coordinates`, unit-free, in [0, 1]) stays at
@@ -384,14 +405,17 @@ def jerk_coordinates(mech: Mechanism, positions: list) -> tuple:
 class IdentificationProblem:
     """Terms of the identification graph (module docstring) for ``params`` (the chart) and
     ``recordings``; ``starts`` gives per recording the initial estimate (q_0, v_0) held by the
-    loose initial prior, ``motion`` the :func:`motion_scales`.  ``free=False``: theta is fixed (states-only estimation, e.g. the
+    loose initial prior, ``motion`` the :func:`motion_scales`, ``peaks`` (optional) the
+    :func:`peak_rates` of an earlier stage's solution, from which the integrator rows' own
+    error is also extrapolated (their sigmas then hold it where the motion peaks, e.g. near a
+    singular configuration).  ``free=False``: theta is fixed (states-only estimation, e.g. the
     cross-validation of a held-out recording)."""
 
     theta_key = gtsam.symbol("p", 0)
 
     def __init__(self, params: ParameterSet, recordings: list, settings: IdentificationSettings,
                  starts: list, motion: dict, free: bool = True,
-                 jerk_coordinates: tuple | None = None):
+                 jerk_coordinates: tuple | None = None, peaks: dict | None = None):
         self.params, self.settings, self.free = params, settings, bool(free)
         self.recordings = list(recordings)
         mech = params.mech
@@ -439,10 +463,15 @@ class IdentificationProblem:
                     # positions, dt for the velocities, 1 for the accelerations), never below
                     # its own error: dt^5 / 720 of the fifth and sixth derivatives for the
                     # Hermite rows, dt^3 / 12 of the fifth for the trapezoidal (a, j) rows
-                    # (extrapolated from the jerk and the snap: finite differences of the
-                    # filtered estimate would measure its noise)
+                    # (extrapolated from the jerk and the snap: the RMS of the initial
+                    # estimate's, whose finite differences are mostly noise, and the peaks of
+                    # an earlier stage's solution where given: a row's own error where the
+                    # motion peaks can be far above what the RMS says)
                     c5 = m["s"] * m["s"] / m["j"]
                     c6 = c5 * m["s"] / m["j"]
+                    if peaks is not None:
+                        c5_peak = peaks["s"] * peaks["s"] / peaks["j"]
+                        c5, c6 = max(c5, c5_peak), max(c6, c5_peak * peaks["s"] / peaks["j"])
                     h5 = s * rec.dt ** 5 / 720.0
                     slack = self.integrator * self.sigma_dyn
                     terms.append(L.step_links(lay, r0, rec.dt, [("q", "v", "a")],
