@@ -656,3 +656,21 @@ def test_jerk_coordinates_are_one_well_conditioned_set_else_all(setup, monkeypat
     assert coordinate_quality(mech, q, got, coordinate_scales(mech)).min() >= G.JERK_QUALITY_MIN
     monkeypatch.setattr(G, "JERK_QUALITY_MIN", 1.01)  # above any quality
     assert G.jerk_coordinates(mech, [q]) == tuple(range(mech.n))
+
+
+def test_peak_rates_of_a_sinusoid():
+    """peak_rates: the largest jerk and snap of accelerations a_i = c_i s_i sin(w t) in the
+    coordinates' scales s_i are max(c) w and max(c) w^2 (central differences, to O(w dt)^2),
+    over several recordings."""
+    from mbfg.graphs.identification import peak_rates
+    from mbfg.model.scales import coordinate_scales
+    mech = mbfg.mechanism_from_yaml(MOTOR_FOURBAR)
+    s = coordinate_scales(mech)
+    w, dt = 3.0, 1e-4
+    t = np.arange(0.0, 2 * np.pi / w, dt)
+    c = np.linspace(0.5, 2.0, mech.n)
+    a = np.sin(w * t)[:, None] * (c * s)[None, :]
+    half = a.shape[0] // 2
+    peaks = peak_rates(mech, [a[:half], a[half:]], [dt, dt])  # two recordings
+    np.testing.assert_allclose(peaks["j"], c.max() * w, rtol=1e-4)
+    np.testing.assert_allclose(peaks["s"], c.max() * w ** 2, rtol=1e-3)

@@ -135,14 +135,16 @@ the cost of a consistent fit is about chi^2(n) / n) is reported as a fit the noi
 not explain (:func:`_warn_inconsistent_fit`)."""
 
 
-def _consistent(step_costs: dict) -> bool:
-    """Whether a recording's cost per reading (its :meth:`~mbfg.graphs.identification.
-    IdentificationProblem.step_costs`) is within 1 + CONSISTENCY_SIGMAS sqrt(2 / n) (n its
-    readings): what the sensors' noise explains."""
-    n = max(float(np.sum(step_costs["readings"])), 1.0)
-    total = float(np.sum(step_costs["observations"] + step_costs["dynamics"]
-                         + step_costs["constraints"]))
-    return total / n <= 1.0 + CONSISTENCY_SIGMAS * np.sqrt(2.0 / n)
+def _consistency_bound(n: float) -> float:
+    """The largest cost per reading the sensors' noise explains over n readings."""
+    return 1.0 + CONSISTENCY_SIGMAS * np.sqrt(2.0 / max(n, 1.0))
+
+
+def _consistent(cost: tuple) -> bool:
+    """Whether a recording's ``_cost`` (cost per reading, step costs) is within
+    :func:`_consistency_bound` of its readings."""
+    per_reading, steps = cost
+    return per_reading <= _consistency_bound(float(np.sum(steps["readings"])))
 
 
 def _warn_inconsistent_fit(costs, readings):
@@ -151,7 +153,7 @@ def _warn_inconsistent_fit(costs, readings):
     generated five-bar at 400 steps per period 2 pi / omega_c fits at 1.08 with an error of
     7.7 standard deviations, at 800 at 1.002), leaves residuals the intervals do not count."""
     for r, (c, n) in enumerate(zip(costs, readings)):
-        bound = 1.0 + CONSISTENCY_SIGMAS * np.sqrt(2.0 / max(n, 1.0))
+        bound = _consistency_bound(n)
         if c > bound:
             warnings.warn(f"identify: recording {r} fits at a cost of {c:.3g} per reading, above "
                           f"the {bound:.3g} its sensors' noise explains: the model or the time "
@@ -299,8 +301,7 @@ def identify(
             problem, st, retried = None, None, True
             plan = [(kd, False, False), (kd, True, True)]
         elif converged and peaks is None and not all(
-                _consistent(_cost(problem, r, X, theta, st.system)[1])
-                for r, X in enumerate(Xs)):
+                _consistent(_cost(problem, r, X, theta, st.system)) for r, X in enumerate(Xs)):
             # a fit the sensors' noise does not explain: the integrator rows' sigmas hold
             # their own error as the RMS jerk and snap of the (filtered) initial estimate
             # extrapolate it, and where the motion peaks far above them (near a singular
@@ -356,8 +357,9 @@ def identify(
 
 
 def _peaks(problem: IdentificationProblem, Xs: list, recs: list) -> dict:
-    """:func:`~mbfg.graphs.identification.peak_rates` of a loose stage's solution: the
-    next stages' integrator rows hold their own error where the motion peaks."""
+    """:func:`~mbfg.graphs.identification.peak_rates` of a final stage's solution (its
+    accelerations follow the dynamics): a stage built with them holds the integrator rows'
+    own error where the motion peaks."""
     return peak_rates(problem.params.mech, [problem.layout.unpack(X)["a"] for X in Xs],
                       [r.dt for r in recs])
 
@@ -464,7 +466,7 @@ def cross_validate(
             (lambda i, n, note, done=iterations: progress(done + i, done + n, note)))
         iterations += st.iterations
         if final and st.converged and peaks is None and not _consistent(
-                _cost(problem, 0, Xs[0], zero, st.system)[1]):
+                _cost(problem, 0, Xs[0], zero, st.system)):
             # as in identify: once more with the integrator rows' sigmas from the peaks
             peaks = _peaks(problem, Xs, [rec])
             sigmas.append(kd)  # (the loop runs the final stage once more)

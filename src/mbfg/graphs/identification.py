@@ -363,8 +363,9 @@ def peak_rates(mech: Mechanism, accelerations: list, dts: list) -> dict:
     """The largest jerk and snap of a motion in the coordinates' scales, ``{"j": J, "s": S}``
     [1/s^3, 1/s^4]: central differences of each recording's accelerations (T, n) (steps
     ``dts``), largest over steps and coordinates.  Meant for model-consistent accelerations
-    (an identification stage's solution): those of the initial estimate are differentiated
-    noise.  A rate that vanishes falls back to the characteristic rate's power."""
+    (a final stage's solution): those of the filtered initial estimate, and of a loose
+    stage's solution, are mostly differentiated noise.  A rate that vanishes falls back to
+    the characteristic rate's power."""
     s = coordinate_scales(mech)
     w = rate_scale(mech)
     peak = {"j": 0.0, "s": 0.0}
