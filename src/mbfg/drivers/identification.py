@@ -261,6 +261,7 @@ def identify(
     plan = list(_schedule(settings))
     loose_end = None   # (Xs, theta) at the end of the last loose stage
     peaks = None       # the peak jerk and snap of a final solution (below)
+    first_fit = None   # that solution, kept should the stage solved with its peaks fail
     retried = False
     while plan:
         kd, free, final = plan.pop(0)
@@ -309,6 +310,11 @@ def identify(
             # more, with those sigmas also from this solution's peaks (model-consistent)
             peaks = _peaks(problem, Xs, recs)
             plan = [(kd, True, True)]
+            first_fit = (problem, [X.copy() for X in Xs], theta.copy(), st, info, reason)
+    if first_fit is not None and not converged:  # the re-solve did not converge: the first
+        problem, Xs, theta, st, info, first_reason = first_fit  # fit stands (and warns)
+        converged, reason = True, (f"{first_reason}; solved again with the integrator rows' "
+                                   f"sigmas from its peak rates: not converged ({reason})")
     prior_info = problem.prior_information()
     cov_theta = np.linalg.inv(info)
     cov_theta = 0.5 * (cov_theta + cov_theta.T)
@@ -470,6 +476,9 @@ def cross_validate(
             # as in identify: once more with the integrator rows' sigmas from the peaks
             peaks = _peaks(problem, Xs, [rec])
             sigmas.append(kd)  # (the loop runs the final stage once more)
+            first_fit = (problem, [X.copy() for X in Xs], st)
+    if peaks is not None and not st.converged:  # that did not converge: the first fit stands
+        problem, Xs, st = first_fit
     cost, c = _cost(problem, 0, Xs[0], zero, st.system)
     seconds = time.perf_counter() - t0
     stats = Stats.of("cross-validate", seconds, rec.n_steps, iterations, st.converged,
