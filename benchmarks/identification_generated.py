@@ -58,9 +58,9 @@ def run_case(family, seed, length, mass, steps):
     z_s = np.abs(res.values - case.true_values) / res.sampling_std
     from mbfg.model.identification import parameter_set
     ps = parameter_set(case.truth, list(case.names), case.sensors)
-    phi_true = ps.linear_values(np.zeros(ps.size)) * ps.linear_scales() / res.combination_scales
     b = res.base_parameters
-    z_b = np.abs(b.directions @ phi_true - b.values)[b.identifiable] / b.std[b.identifiable]
+    z_b = np.abs(b.errors(ps.linear_values(np.zeros(ps.size), scales=res.combination_scales))
+                 ) / b.std[b.identifiable]
     rel = np.abs(res.values - case.true_values) / np.abs(case.true_values)
     well = res.std < 0.1 * np.abs(res.values)
     return {"family": family, "seed": seed, "length": length, "mass": mass,

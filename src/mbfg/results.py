@@ -267,6 +267,11 @@ class BaseParameters:
     std: np.ndarray
     sampling_std: np.ndarray
 
+    def errors(self, phi: np.ndarray) -> np.ndarray:
+        """v . phi - value of each identified base parameter (signed, dimensionless), for
+        ``phi`` (p,) in the same scaled coordinates (e.g. a ground truth's)."""
+        return (self.directions @ np.asarray(phi, float) - self.values)[self.identifiable]
+
 
 @dataclass(frozen=True)
 class IdentificationResult:

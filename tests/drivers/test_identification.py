@@ -130,6 +130,9 @@ def test_inertial_base_parameters(data):
         / res.combination_scales
     np.testing.assert_allclose(b.values, b.directions @ res.combination_values, rtol=1e-12)
     assert np.max(np.abs(b.directions @ phi_true - b.values) / b.std) < 4.0
+    np.testing.assert_allclose(   # the helpers for the same comparison
+        b.errors(ps.linear_values(np.zeros(ps.size), scales=res.combination_scales)),
+        (b.directions @ phi_true - b.values)[b.identifiable], rtol=1e-12, atol=1e-15)
     import json
     d = json.loads(res.to_json())["base_parameters"]
     np.testing.assert_allclose([x["std"] for x in d], b.std)

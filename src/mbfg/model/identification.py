@@ -344,11 +344,15 @@ class ParameterSet:
         return ParameterDerivatives(dpi, visc, coul, gain, bias)
 
     # ------------------------------------------------------- coordinates the model is linear in
-    def linear_values(self, theta: ArrayLike) -> np.ndarray:
+    def linear_values(self, theta: ArrayLike, scales: ArrayLike | None = None) -> np.ndarray:
         """phi (p,): per chosen parameter the quantity the dynamics is linear in (a body's
         m, m c_x, m c_y, I_O for its mass, cog[0], cog[1], I0; the value itself otherwise),
         divided by :meth:`linear_scales`: dimensionless, and the identifiable combinations of
-        the inertial parameters are linear subspaces in it."""
+        the inertial parameters are linear subspaces in it.  ``scales``: divided by these
+        instead (e.g. a result's ``combination_scales``, to compare a ground truth with it)."""
+        if scales is not None:
+            vals = self._values_and_jacobian(theta, first_moments=True)[0]
+            return vals / np.asarray(scales, float)
         return self._linear(theta)[0]
 
     def linear_jacobian(self, theta: ArrayLike) -> np.ndarray:

@@ -776,10 +776,9 @@ def _identify_case(case: Case) -> CaseOutput:
     def largest(x):
         x = x[np.isfinite(x)]
         return float(np.max(np.abs(x))) if x.size else float("nan")
-    b = res.base_parameters  # the true phi in the result's scales (those of the start)
-    phi_true = params.linear_values(np.zeros(params.size)) * params.linear_scales() \
-        / np.asarray(res.combination_scales, float)
-    base_error = (b.directions @ phi_true - b.values)[b.identifiable]
+    b = res.base_parameters  # against the true phi in the result's scales (the start's)
+    base_error = b.errors(params.linear_values(np.zeros(params.size),
+                                               scales=res.combination_scales))
     m = dict(converged=bool(res.converged), iterations=int(res.stats.iterations),
              final_iterations=int(res.stats["final_iterations"]),
              max_rel_error=largest(rel_error), max_rel_std=largest(rel_std), max_z=largest(z),
