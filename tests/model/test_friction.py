@@ -375,3 +375,37 @@ def test_friction_simulation_does_not_depend_on_units(length, mass, integrator):
         b = mbfg.simulate(big, 0.5, 1e-3, solver=solver, coords=coords,
                           integrator=integrator).q[:, pts] / length
         assert np.abs(a - b).max() <= UNITS_ROUNDING[integrator] * 0.4, (solver, coords)
+
+
+@pytest.mark.parametrize("dt", [2e-3])
+def test_coulomb_step_errors_are_the_exact_motions_rule_residuals(dt):
+    """Where a Coulomb term switches within a step, the integrator rows' residual on the exact
+    motion (the reference integrator at tight tolerance) is the switching term's: the closed
+    form of ``coulomb_step_errors`` matches it, and is zero where no rate crosses zero."""
+    from conftest import bent_chain_yaml
+
+    from mbfg.model.nonconservative import TANH_SATURATED, coulomb_step_errors, sliding_rates
+    mech = mbfg.mechanism_from_yaml(bent_chain_yaml(6, friction=True), "chain6")
+    tr = integrate_reference(mech, 4.0, dt, rtol=1e-11, atol=1e-11)
+    q, v, a = tr.q, tr.qd, tr.qdd
+    # the rows' residuals x_{k+1} - x_k - ... on the exact motion: (q, v, a) Hermite and the
+    # trapezoidal (v, a)
+    hq = q[1:] - q[:-1] - 0.5 * dt * (v[:-1] + v[1:]) + dt * dt / 12.0 * (a[1:] - a[:-1])
+    tv = v[1:] - v[:-1] - 0.5 * dt * (a[:-1] + a[1:])
+    err = coulomb_step_errors(mech, q, v, dt)
+    s = sliding_rates(mech, q, v)
+    coulomb = [k for k, e in enumerate(mech.friction_elements) if e.coulomb]
+    cross = np.flatnonzero(np.any(np.sign(s[:-1, coulomb]) != np.sign(s[1:, coulomb]), axis=1))
+    assert cross.size >= 3  # the chain swings: its joints reverse
+    for key, exact in (("hermite_q", hq), ("trapezoid_v", tv)):
+        want, got = exact[cross], err[key][cross]
+        # where the switch dominates the row (its residual far above the smooth motion's)
+        big = np.abs(want) > 100 * np.median(np.abs(exact))
+        assert big.sum() >= 3
+        np.testing.assert_allclose(got[big], want[big], rtol=0.1)
+        # where every rate stays where tanh is saturated over the step, no switching error
+        sat = TANH_SATURATED * np.array([e.width for e in mech.friction_elements])
+        calm = np.all((np.minimum(np.abs(s[:-1]), np.abs(s[1:])) > sat)[:, coulomb]
+                      & (np.sign(s[:-1]) == np.sign(s[1:]))[:, coulomb], axis=1)
+        assert calm.sum() > 0.5 * len(calm)
+        assert np.all(err[key][calm] == 0.0)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FrictionElement", "friction_elements", "friction_forces", "friction_force_jacobians",
            "sliding_rates", "motor_matrix", "motor_forces", "input_function",
-           "with_inputs", "sampled_inputs",
+           "with_inputs", "sampled_inputs", "coulomb_step_errors",
            "DEFAULT_WIDTH_FRACTION"]
 
 DEFAULT_WIDTH_FRACTION = 1e-3
@@ -164,6 +164,115 @@ def _law(e: FrictionElement, s):
     th = np.tanh(s / e.width)
     return (-(e.viscous * s + e.coulomb * th),
             -(e.viscous + (e.coulomb / e.width) * (1.0 - th * th)))
+
+
+TANH_SATURATED = 20.0
+"""|s| / eps beyond which tanh(s / eps) is +-1 to double precision (1 - tanh(20) = 8e-18)."""
+
+_GAUSS_NODES, _GAUSS_WEIGHTS = np.polynomial.legendre.leggauss(128)
+
+
+def _tanh_profile_integrals(u0: np.ndarray, u1: np.ndarray) -> tuple:
+    """For phi(t) = tanh(u0 + (u1 - u0) t) on t in [0, 1] (u linear over a unit step):
+    I0 = int phi dt and I1 = int (1/2 - t) phi dt.  I0 in closed form (log cosh); I1 by
+    128-point Gauss-Legendre on the part of the step where |u| < TANH_SATURATED (tanh is
+    analytic there, its poles pi/2 off the real axis: the rule is exact to rounding) and in
+    closed form where tanh is +-1.  Requires |u1 - u0| > 0."""
+    d = u1 - u0
+    lc = lambda u: np.abs(u) + np.log1p(np.exp(-2.0 * np.abs(u))) - np.log(2.0)  # noqa: E731
+    I0 = (lc(u1) - lc(u0)) / d
+    # in u: t = (u - u0) / d, dt = du / d; the integrand (1/2 - (u - u0) / d) tanh(u)
+    lo, hi = np.minimum(u0, u1), np.maximum(u0, u1)
+
+    def poly(a, b):  # int_a^b (1/2 - (u - u0) / d) du, a <= b
+        return 0.5 * (b - a) - ((b - u0) ** 2 - (a - u0) ** 2) / (2.0 * d)
+
+    U = TANH_SATURATED
+    total = np.zeros_like(d)
+    a, b = lo, np.minimum(hi, -U)          # tanh = -1
+    total -= np.where(b > a, poly(a, np.maximum(a, b)), 0.0)
+    a, b = np.maximum(lo, U), hi           # tanh = +1
+    total += np.where(b > a, poly(np.minimum(a, b), b), 0.0)
+    a, b = np.maximum(lo, -U), np.minimum(hi, U)
+    mid = b > a
+    if np.any(mid):
+        am, bm, u0m, dm = a[mid], b[mid], u0[mid], d[mid]
+        u = 0.5 * (am + bm)[:, None] + 0.5 * (bm - am)[:, None] * _GAUSS_NODES
+        f = (0.5 - (u - u0m[:, None]) / dm[:, None]) * np.tanh(u)
+        total[mid] += 0.5 * (bm - am) * (f @ _GAUSS_WEIGHTS)
+    return I0, total / np.abs(d)
+
+
+def coulomb_step_errors(mech: Mechanism, q: ArrayLike, qd: ArrayLike, dt: float) -> dict:
+    """The integrator rows' own errors over each step from the regularized Coulomb terms.
+
+    Where a sliding rate crosses zero within a step, mu tanh(s / eps) switches faster than any
+    polynomial of the step can follow (the default width eps is 1e-3 of the characteristic
+    rate: at 1 kHz the switch takes a fraction of a step).  The Hermite and trapezoidal rows
+    then err by far more than their smooth-motion truncation error, and a fit that holds them
+    to it bends the states and biases the parameters (docs/identification.md).  Per step and
+    coordinate, with the sliding rate s linear over the step, the acceleration's Coulomb part
+    -mu_e tanh(s_e / eps_e) (M^-1 g_e)_i (the constrained response to the element's force
+    direction g_e, frozen at the step's start) is integrated exactly by each rule's formula:
+
+    ``"hermite_q"``   x'' = phi: int (h/2 - t) phi dt + h^2/12 (phi_1 - phi_0)
+    ``"hermite_v"``   x' = phi: int phi dt - h/2 (phi_0 + phi_1) + h^2/12 (phi'_1 - phi'_0)
+    ``"trapezoid_a"`` x = phi: phi_1 - phi_0 - h/2 (phi'_0 + phi'_1)
+    ``"trapezoid_q"`` x'' = phi: int (h/2 - t) phi dt
+    ``"trapezoid_v"`` x' = phi: int phi dt - h/2 (phi_0 + phi_1)
+
+    the rows of (q, v, a), (v, a, j), (a, j), (q, v) and (v, a): each row's residual
+    x_{k+1} - x_k - ... on the exact motion (signed; summed over the elements).  Steps whose
+    rate stays where tanh is saturated (``TANH_SATURATED``) or changes by less than 1e-3 eps
+    give 0 (tanh is then a quadratic of the step to within 1e-9, which every row integrates
+    exactly: the smooth motion's bound holds).
+
+    Parameters
+    ----------
+    q, qd : (N, n)
+        The states at the grid's steps [m, rad], [m/s, rad/s].
+    dt : float
+        The step [s].
+
+    Returns
+    -------
+    dict of (N - 1, n) arrays, each in the units of its row's integrated quantity x
+    (q's for the position rows, q's / s for the velocity rows, / s^2 for the accelerations)
+    """
+    q, qd = np.asarray(q, float), np.asarray(qd, float)
+    N, n = q.shape
+    keys = ("hermite_q", "hermite_v", "trapezoid_a", "trapezoid_q", "trapezoid_v")
+    out = {k: np.zeros((max(N - 1, 0), n)) for k in keys}
+    if N < 2:
+        return out
+    from mbfg.model.dynamics import forward_dynamics
+    h = float(dt)
+    for e in mech.friction_elements:
+        if e.coulomb == 0.0:
+            continue
+        g = e.rate(q)
+        u = np.einsum("kn,kn->k", g, qd) / e.width
+        u0, u1 = u[:-1], u[1:]
+        k = np.flatnonzero((np.minimum(u0, u1) < TANH_SATURATED)
+                           & (np.maximum(u0, u1) > -TANH_SATURATED)
+                           & (np.abs(u1 - u0) > 1e-3))
+        if not k.size:
+            continue
+        I0, I1 = _tanh_profile_integrals(u0[k], u1[k])
+        p0, p1 = np.tanh(u0[k]), np.tanh(u1[k])
+        rate = (u1[k] - u0[k]) / h                       # du/dt [1/s]
+        dp0, dp1 = rate * (1.0 - p0 * p0), rate * (1.0 - p1 * p1)
+        R = {"hermite_q": h * h * (I1 + (p1 - p0) / 12.0),
+             "hermite_v": h * (I0 - 0.5 * (p0 + p1)) + h * h / 12.0 * (dp1 - dp0),
+             "trapezoid_a": p1 - p0 - 0.5 * h * (dp0 + dp1),
+             "trapezoid_q": h * h * I1,
+             "trapezoid_v": h * (I0 - 0.5 * (p0 + p1))}
+        qk, vk = q[k], qd[k]
+        response = e.coulomb * (forward_dynamics(mech, qk, vk, g[k])
+                                - forward_dynamics(mech, qk, vk, np.zeros_like(qk)))
+        for key, r in R.items():
+            out[key][k] -= r[:, None] * response
+    return out
 
 
 def friction_forces(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> np.ndarray:
