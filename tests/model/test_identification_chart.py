@@ -478,29 +478,43 @@ def _two_recordings(ps, mech, sensors, rng, T=5):
     return recs, firsts
 
 
-def _loose_problem(setup, rule, seed, free=True):
+def _loose_problem(setup, rule, seed, free=True, scaled=False):
     """(problem, step arrays, rng): two random recordings of 5 steps under loose rows (a
-    well-conditioned system: the tests are of the algebra, not of rounding)."""
+    well-conditioned system: the tests are of the algebra, not of rounding).  ``scaled``: the
+    integrator rows of two pairs of the first recording have their own, larger sigmas
+    (``pair_scales``) and every pair of it an offset, the second recording's none."""
     from mbfg.graphs.identification import IdentificationSettings
     mech, sensors, ps = setup
     rng = np.random.default_rng(seed)
     recs, states = _two_recordings(ps, mech, sensors, rng)
     motion = {"v": 1.0, "a": 1.0, "j": 1.0, "s": 1.0}
     settings = IdentificationSettings(constraints=1e-2, dynamics=1.0, integrator=1e5)
+    if scaled:
+        probe = _problem(ps, recs, settings, [(q[0], qd[0]) for q, qd, _ in states], motion,
+                         rule)
+        X0 = _steps(probe, *states[0], np.random.default_rng(0))
+        scales = np.ones_like(probe._link_blocks(0, X0)[1][2])
+        scales[1] = 1.0 + 9.0 * rng.random(scales.shape[1])
+        scales[3, ::2] = 30.0
     pb = _problem(ps, recs, settings, [(q[0], qd[0]) for q, qd, _ in states], motion, rule,
                   free=free)
+    if scaled:  # (and corrected by offsets, as where a Coulomb term switches)
+        pb.pair_scales = [scales, None]
+        pb.pair_offsets = [0.1 * rng.normal(size=scales.shape), None]
     return pb, [_steps(pb, *s, rng) for s in states], rng
 
 
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("free", [True, False])
 @pytest.mark.parametrize("chunk", [512, 2])
-def test_banded_elimination_matches_gtsam_qr(setup, free, rule, chunk, monkeypatch):
+@pytest.mark.parametrize("scaled", [False, True])
+def test_banded_elimination_matches_gtsam_qr(setup, free, rule, chunk, scaled, monkeypatch):
     """The solver's banded Cholesky of two recordings' steps (theta's Schur complement by
     numpy) against gtsam's sequential QR of the same system as a factor graph: the same
     undamped and damped steps and theta's information; the system's error of a step is the
     graph's.  ``chunk``: the steps whose band columns are built together (2: the chunks'
-    edges fall between the first, inner and last steps)."""
+    edges fall between the first, inner and last steps).  ``scaled``: some pairs' integrator
+    rows with sigmas of their own (the solver corrects the shared blocks there)."""
     import gtsam
 
     import mbfg.solvers.identification as solver
@@ -508,7 +522,7 @@ def test_banded_elimination_matches_gtsam_qr(setup, free, rule, chunk, monkeypat
 
     from mbfg.solvers.identification import _solve_qr, solve_joint
     ps = setup[2]
-    pb, Xs, rng = _loose_problem(setup, rule, 11, free=free)
+    pb, Xs, rng = _loose_problem(setup, rule, 11, free=free, scaled=scaled)
     theta = 0.1 * rng.normal(size=ps.size)
     system, err = pb.linear_system(Xs, theta)
     assert err == pytest.approx(pb.error(Xs, theta), rel=1e-12)

@@ -70,6 +70,20 @@ are biased, 7 sigma on the benchmark's Coulomb coefficient), and that slack cost
 information on weakly excited parameters (the rocker joint's viscous coefficient of the
 benchmark's seed 6: std 69.5 % with the trapezoidal rows, 7.6 % with the Hermite rows,
 Cramer-Rao bound 6.9 %; ``benchmarks/identification_bound.py``).
+
+Where a sliding rate crosses zero, the regularized Coulomb term mu tanh(s / eps) switches
+within a fraction of a step (eps is 1e-3 of the characteristic rate by default), and every
+integrator row of that step errs by up to hundreds of its sigmas: no polynomial of the step
+follows a switch.  A fit that holds those rows bends the states across the dynamics rows
+there, and the friction and gain estimates take a bias that is the same for every noise
+draw of one motion (up to 1 sampling std on the benchmark's fixed motions).  So the final
+stage corrects those rows (``local_errors``): each row's residual is taken against the exact
+motion's, the switching term integrated in closed form over the step
+(:func:`mbfg.model.nonconservative.coulomb_step_errors`, on the states and parameters of
+an earlier solution at the final sigma: ``mbfg.identify``), and its sigma is at least that
+correction, taken over the step and its two neighbours (an estimate places a crossing to
+within about a step).  On exact readings the bias goes from up to 1.05 sampling std to
+0.01.
 """
 from __future__ import annotations
 
@@ -92,7 +106,7 @@ from mbfg.model import constraints as C
 from mbfg.model import dynamics as D
 from mbfg.model.identification import (characteristic_rate, dynamics_parameter_jacobian,
                                        dynamics_rows, friction_terms)
-from mbfg.model.nonconservative import motor_forces
+from mbfg.model.nonconservative import coulomb_step_errors, motor_forces
 from mbfg.model.partition import fixed_coordinates
 from mbfg.model.scales import constraint_scales, coordinate_scales
 from mbfg.model.sensors import readings_on_grid
@@ -203,7 +217,14 @@ class ChainBlocks:
         Linear factors on single steps (the initial priors).
     order : (d,)
         An order of the step vector's components in which the pair blocks couple only
-        nearby components (the solver's band is then narrow)."""
+        nearby components (the solver's band is then narrow).
+    pair_weights : (N - 1, l) or None
+        Per pair, the weight of each of its rows (1 / the factor by which its sigma exceeds
+        the one B0, B1 are whitened with; None: all 1).  Pair t's factor is then
+        ``||w_t * (B0 delta x_t + B1 delta x_{t+1}) + e_pair_t||^2``: e_pair holds the
+        weighted residual.  Few pairs differ from 1 (where a Coulomb term switches: the
+        ``local_errors`` of :class:`IdentificationProblem`), and the solver corrects the shared
+        blocks at those only."""
     A_x: np.ndarray
     A_t: np.ndarray | None
     e: np.ndarray
@@ -212,6 +233,7 @@ class ChainBlocks:
     e_pair: np.ndarray
     fixed: tuple
     order: np.ndarray
+    pair_weights: np.ndarray | None = None
 
     def residual(self, dx: np.ndarray, dtheta: np.ndarray | None = None) -> float:
         """0.5 * the sum of squared rows ``A delta + e`` at the step (N, d) deltas ``dx``."""
@@ -220,7 +242,10 @@ class ChainBlocks:
             r[:, r.shape[1] - self.A_t.shape[1]:] += self.A_t @ dtheta
         total = float(np.sum(r * r))
         if self.e_pair.size:
-            rp = self.e_pair + dx[:-1] @ self.B0.T + dx[1:] @ self.B1.T
+            lin = dx[:-1] @ self.B0.T + dx[1:] @ self.B1.T
+            if self.pair_weights is not None:
+                lin *= self.pair_weights
+            rp = self.e_pair + lin
             total += float(np.sum(rp * rp))
         for k, A, e0 in self.fixed:
             rf = A @ dx[k] + e0
@@ -232,8 +257,13 @@ class ChainBlocks:
         damping's scale: it has each variable's units, so damping by it is unit-free)."""
         D = np.einsum("krd,krd->kd", self.A_x, self.A_x)
         if self.e_pair.size and D.shape[0] > 1:
-            D[:-1] += np.sum(self.B0 * self.B0, axis=0)
-            D[1:] += np.sum(self.B1 * self.B1, axis=0)
+            if self.pair_weights is None:
+                D[:-1] += np.sum(self.B0 * self.B0, axis=0)
+                D[1:] += np.sum(self.B1 * self.B1, axis=0)
+            else:
+                w2 = self.pair_weights ** 2
+                D[:-1] += w2 @ (self.B0 * self.B0)
+                D[1:] += w2 @ (self.B1 * self.B1)
         for k, A, _ in self.fixed:
             D[k] += np.sum(A * A, axis=0)
         return D
@@ -280,8 +310,10 @@ class JointSystem:
                 out.add(keys[k], A, -e0, unit_noise(A.shape[0]))
             if c.e_pair.size:
                 model, neg = unit_noise(c.e_pair.shape[1]), -c.e_pair
+                w = (np.ones_like(c.e_pair) if c.pair_weights is None
+                     else c.pair_weights)[:, :, None]
                 for t in range(c.e_pair.shape[0]):
-                    out.add(keys[t], c.B0, keys[t + 1], c.B1, neg[t], model)
+                    out.add(keys[t], w[t] * c.B0, keys[t + 1], w[t] * c.B1, neg[t], model)
             model, b = unit_noise(c.e.shape[1]), -c.e
             if p:
                 At = np.zeros(c.e.shape + (p,))
@@ -409,14 +441,18 @@ class IdentificationProblem:
     loose initial prior, ``motion`` the :func:`motion_scales`, ``peaks`` (optional) the
     :func:`peak_rates` of an earlier stage's solution, from which the integrator rows' own
     error is also extrapolated (their sigmas then hold it where the motion peaks, e.g. near a
-    singular configuration).  ``free=False``: theta is fixed (states-only estimation, e.g. the
-    cross-validation of a held-out recording)."""
+    singular configuration).  ``local_errors`` (optional; per recording, the
+    :meth:`coulomb_errors` of an earlier stage's solution): the integrator rows of the steps
+    where a Coulomb term switches are corrected by the exact motion's residual and their
+    sigmas raised to it (module docstring).  ``free=False``: theta is fixed (states-only
+    estimation, e.g. the cross-validation of a held-out recording)."""
 
     theta_key = gtsam.symbol("p", 0)
 
     def __init__(self, params: ParameterSet, recordings: list, settings: IdentificationSettings,
                  starts: list, motion: dict, free: bool = True,
-                 jerk_coordinates: tuple | None = None, peaks: dict | None = None):
+                 jerk_coordinates: tuple | None = None, peaks: dict | None = None,
+                 local_errors: list | None = None):
         self.params, self.settings, self.free = params, settings, bool(free)
         self.recordings = list(recordings)
         mech = params.mech
@@ -448,6 +484,9 @@ class IdentificationProblem:
         self.integrator = (settings.integrator if settings.integrator is not None
                            else INTEGRATOR_DEFAULTS[settings.rule])
         self._steps, self.links, self.grids = [], [], []
+        # per recording, (N - 1, rows) of the pair rows or None: their sigmas' factors and
+        # the exact motion's residuals (in their sigmas) that they are corrected by
+        self.pair_scales, self.pair_offsets = [], []
         off = 0
         for rec, (q0, v0) in zip(self.recordings, starts):
             N = int(rec.n_steps)
@@ -475,20 +514,38 @@ class IdentificationProblem:
                         c5, c6 = max(c5, c5_peak), max(c6, c5_peak * peaks["s"] / peaks["j"])
                     h5 = s * rec.dt ** 5 / 720.0
                     slack = self.integrator * self.sigma_dyn
-                    terms.append(L.step_links(lay, r0, rec.dt, [("q", "v", "a")],
-                                              np.maximum(h5 * c5, slack * rec.dt ** 2),
+                    rows = [("hermite_q", np.arange(mech.n),
+                             np.maximum(h5 * c5, slack * rec.dt ** 2)),
+                            ("hermite_v", jc, np.maximum(h5 * c6, slack * rec.dt)[jc]),
+                            ("trapezoid_a", jc, np.maximum(trunc * c5, slack)[jc])]
+                    terms.append(L.step_links(lay, r0, rec.dt, [("q", "v", "a")], rows[0][2],
                                               scheme="hermite"))
                     # the velocities' rows on the jerk's coordinates only (the velocity
                     # constraints give the others)
                     terms.append(L.step_links(lay, r0, rec.dt, [(("v", jc), ("a", jc), "j")],
-                                              np.maximum(h5 * c6, slack * rec.dt)[jc],
-                                              scheme="hermite"))
-                    terms.append(L.step_links(lay, r0, rec.dt, [(("a", jc), "j")],
-                                              np.maximum(trunc * c5, slack)[jc]))
+                                              rows[1][2], scheme="hermite"))
+                    terms.append(L.step_links(lay, r0, rec.dt, [(("a", jc), "j")], rows[2][2]))
                 else:
                     k = self.integrator
-                    terms.append(L.step_links(lay, r0, rec.dt, [("q", "v")], k * trunc * m["j"]))
-                    terms.append(L.step_links(lay, r0, rec.dt, [("v", "a")], k * trunc * m["s"]))
+                    rows = [("trapezoid_q", np.arange(mech.n), k * trunc * m["j"]),
+                            ("trapezoid_v", np.arange(mech.n), k * trunc * m["s"])]
+                    terms.append(L.step_links(lay, r0, rec.dt, [("q", "v")], rows[0][2]))
+                    terms.append(L.step_links(lay, r0, rec.dt, [("v", "a")], rows[1][2]))
+                local = None if local_errors is None else local_errors[len(self.links)]
+                scales = offsets = None
+                if local is not None:
+                    sig = [np.broadcast_to(sg, (len(idx),)) for _, idx, sg in rows]
+                    offsets = np.concatenate([local[key][0][:, idx] / sg
+                                              for (key, idx, _), sg in zip(rows, sig)], axis=1)
+                    scales = np.concatenate([np.maximum(1.0, local[key][1][:, idx] / sg)
+                                             for (key, idx, _), sg in zip(rows, sig)], axis=1)
+                    if not np.any(scales > 1.0):
+                        scales = offsets = None
+                self.pair_scales.append(scales)
+                self.pair_offsets.append(offsets)
+            else:
+                self.pair_scales.append(None)
+                self.pair_offsets.append(None)
             self.links.append(terms)
             self.grids.append(readings_on_grid(params.sensors, list(rec.readings), N))
         self._cache = (None, None)
@@ -645,8 +702,33 @@ class IdentificationProblem:
         total = self.prior_error(theta)
         for r, X in enumerate(Xs):
             e = self.residuals(r, X, theta, jacobians=False)[0]
-            total += 0.5 * float(np.sum(e * e)) + sum(t.error(X) for t in self.links[r])
+            total += 0.5 * float(np.sum(e * e))
+            if self.pair_scales[r] is None:
+                total += sum(t.error(X) for t in self.links[r])
+            else:
+                fixed, (_, _, ep, _) = self._link_blocks(r, X)
+                total += 0.5 * (float(np.sum(ep * ep)) + sum(float(e0 @ e0) for _, _, e0 in fixed))
         return total
+
+    def coulomb_errors(self, Xs: list, theta: ArrayLike) -> list:
+        """Per recording, :func:`~mbfg.model.nonconservative.coulomb_step_errors` of the
+        states Xs under the model at theta (its payload added), each step's taken as the
+        largest over it and its two neighbours: an estimate places a rate's zero crossing
+        to within about a step.  For the ``local_errors`` of a problem built after this one
+        (the integrator rows' sigmas are then at least these errors)."""
+        out = []
+        for r, X in enumerate(Xs):
+            mech = self.recording_model(r, theta)[0]
+            part = self.layout.unpack(X)
+            err = coulomb_step_errors(mech, part["q"], part["v"], self.recordings[r].dt)
+            for key, e in err.items():
+                wide = np.abs(e)
+                if e.shape[0] > 1:
+                    np.maximum(wide[1:], np.abs(e[:-1]), out=wide[1:])
+                    np.maximum(wide[:-1], np.abs(e[1:]), out=wide[:-1])
+                err[key] = (e, wide)
+            out.append(err)
+        return out
 
     def linear_system(self, Xs: list, theta: ArrayLike, out: JointSystem | None = None) -> tuple:
         """(:class:`JointSystem`, error) at (Xs, theta): the whitened linearization as arrays
@@ -663,10 +745,10 @@ class IdentificationProblem:
             fixed, pair = self._link_blocks(r, X)
             for _, _, e0 in fixed:
                 total += 0.5 * float(e0 @ e0)
-            B0, B1, ep = pair
+            B0, B1, ep, pw = pair
             total += 0.5 * float(np.sum(ep * ep))
             chains.append(ChainBlocks(Ax, At if p else None, e, B0, B1, ep, tuple(fixed),
-                                      self._step_order))
+                                      self._step_order, pw))
         if p:
             w = 1.0 / self.settings.prior
             prior = (w * np.eye(p), w * np.asarray(theta, float))
@@ -681,8 +763,9 @@ class IdentificationProblem:
 
     def _link_blocks(self, r: int, X: np.ndarray) -> tuple:
         """The initial priors of recording r as ``[(step, A, e), ...]`` and its two integrator
-        families stacked into one pair factor ``(B0, B1, e (N - 1, rows))`` (the same blocks
-        for every pair of consecutive steps)."""
+        families stacked into one pair factor ``(B0, B1, e (N - 1, rows), w)`` (the same blocks
+        for every pair of consecutive steps; w (N - 1, rows) the rows' weights, 1 / this
+        recording's ``pair_scales``, e weighted by them, or None)."""
         terms = self.links[r]
         fixed = []
         for t in terms[:2]:
@@ -690,7 +773,7 @@ class IdentificationProblem:
             fixed += [(int(k), A[0], e[i]) for i, k in enumerate(rows[:, 0])]
         d = self.layout.dim
         if len(terms) < 3:
-            return fixed, (np.zeros((0, d)), np.zeros((0, d)), np.zeros((0, 0)))
+            return fixed, (np.zeros((0, d)), np.zeros((0, d)), np.zeros((0, 0)), None)
         blocks = [t.blocks(X) for t in terms[2:]]
         rows = blocks[0][0]
         if any(not np.array_equal(b[0], rows) or b[1][0].shape[0] != 1 for b in blocks) or \
@@ -701,7 +784,12 @@ class IdentificationProblem:
         B0 = np.concatenate([b[1][0][0] for b in blocks], axis=0)
         B1 = np.concatenate([b[1][1][0] for b in blocks], axis=0)
         e = np.concatenate([b[2] for b in blocks], axis=1)
-        return fixed, (B0, B1, e)
+        w = None
+        if self.pair_scales[r] is not None:
+            w = 1.0 / self.pair_scales[r]
+            e -= self.pair_offsets[r]
+            e *= w
+        return fixed, (B0, B1, e, w)
 
     def ordering(self) -> list:
         """Elimination order: every recording's steps in time order, theta last."""
@@ -762,6 +850,8 @@ class IdentificationProblem:
                 and all(a is b for a, b in zip(source.recordings, self.recordings))
                 and source.motion == self.motion
                 and source.integrator == self.integrator
+                and _same_arrays(source.pair_scales, self.pair_scales)
+                and _same_arrays(source.pair_offsets, self.pair_offsets)
                 and source.settings.prior == self.settings.prior
                 and len(source.links) == len(self.links)
                 and all(_same_term(a, b) for la, lb in zip(source.links, self.links)
@@ -780,6 +870,13 @@ class IdentificationProblem:
             total += sum(float(e0 @ e0) for _, _, e0 in c.fixed)
         total += float(system.e_theta @ system.e_theta)
         return dataclasses.replace(system, chains=chains), 0.5 * total
+
+
+def _same_arrays(a: list, b: list) -> bool:
+    """Whether two lists of arrays or None (a problem's ``pair_scales``) are the same."""
+    return len(a) == len(b) and all(
+        x is y or (x is not None and y is not None and np.array_equal(x, y))
+        for x, y in zip(a, b))
 
 
 def _same_term(a, b) -> bool:

@@ -184,9 +184,11 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
     P = _permutation(order)
     B0, B1 = c.B0 @ P, c.B1 @ P
     g = -np.matmul(c.A_x.transpose(0, 2, 1), e[:, :, None])[:, :, 0]   # (N, d)
+    pw = getattr(c, "pair_weights", None)
     if c.e_pair.size:
-        g[:-1] -= c.e_pair @ c.B0
-        g[1:] -= c.e_pair @ c.B1
+        ew = c.e_pair if pw is None else c.e_pair * pw
+        g[:-1] -= ew @ c.B0
+        g[1:] -= ew @ c.B1
     fixed = {}
     for k, A, e0 in c.fixed:
         AP = A @ P
@@ -196,6 +198,13 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
     pair = c.e_pair.size and N > 1
     H0, H1 = (B0.T @ B0, B1.T @ B1) if pair else (None, None)
     H01 = H0 + H1 if pair else None
+    # pairs whose rows are weighted (ChainBlocks.pair_weights): the shared blocks corrected
+    # by B^T diag(w^2 - 1) B at those pairs only
+    special = {}
+    if pair and pw is not None:
+        for t in np.flatnonzero(np.any(pw != 1.0, axis=1)):
+            dw = (pw[t] * pw[t] - 1.0)[:, None]
+            special[int(t)] = (B0.T @ (dw * B0), B1.T @ (dw * B1), B1.T @ (dw * B0))
     # LAPACK's lower band storage ab[i - j, j] = H[i, j], held transposed (C order) so that
     # abT[a:b].T is the Fortran array dpbtrf wants for rows a..b: abT[j, i - j]
     abT = _buffer(work, "band", (n, kd + 1))
@@ -235,8 +244,19 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
         for k, H in fixed.items():
             if k0 <= k < k1:
                 hd[k - k0] += H
+        here = [t for t in special if k0 - 1 <= t < k1]
+        for t in here:
+            dH0, dH1, dC = special[t]
+            if t >= k0:
+                hd[t - k0] += dH0
+                E[t - k0, d:2 * d] += dC
+            if t + 1 < k1:
+                hd[t + 1 - k0] += dH1
         band = ab3[k0:k1]
         band[...] = as_strided(E, shape=(m, d, kd + 1), strides=(st[0], st[1] + st[2], st[1]))
+        for t in here:  # the shared coupling back for the next chunk
+            if t >= k0:
+                E[t - k0, d:2 * d] = B1.T @ B0
         if k1 == N:  # the last step couples to no next one
             band[-1][beyond] = 0.0
         if lam > 0.0:  # Marquardt: H_ii (1 + lam), unit-free
