@@ -23,6 +23,8 @@ identification and simulation times.
     OPENBLAS_NUM_THREADS=1 python benchmarks/identification_generated.py \\
         --families crank-rocker five-bar --seeds 21 22
 
+``--coulomb`` adds Coulomb friction at every joint (identified too).
+
 Seeds 11 and 12 were used while the harness was written (the excitation's gain, the
 initial-state fixes); 21 and 22 are the judged ones.
 """
@@ -44,11 +46,12 @@ FAMILIES = ("crank-rocker", "double-rocker", "triangle-coupler", "slider-crank-o
             "five-bar", "six-bar", "chain-1", "chain-2")
 
 
-def run_case(family, seed, length, mass, steps):
+def run_case(family, seed, length, mass, steps, coulomb=False):
     import mbfg
     from mbfg.testing import random_identification_case
     t0 = time.perf_counter()
-    case = random_identification_case(family, seed, length=length, mass=mass, steps=steps)
+    case = random_identification_case(family, seed, length=length, mass=mass, steps=steps,
+                                      coulomb=coulomb)
     t1 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -81,6 +84,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scales", nargs="+", default=["0.01:0.001", "5:200"],
                     help="length:mass pairs [m:kg]")
     ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--coulomb", action="store_true", help="Coulomb friction at every joint "
+                    "too, identified (its switching corrected in the integrator rows)")
     a = ap.parse_args(argv)
     scales = [tuple(float(x) for x in s.split(":")) for s in a.scales]
     print(machine_info())
@@ -92,7 +97,7 @@ def main(argv=None) -> int:
     for family in a.families:
         for seed in a.seeds:
             for length, mass in scales:
-                r = run_case(family, seed, length, mass, a.steps)
+                r = run_case(family, seed, length, mass, a.steps, a.coulomb)
                 rows.append(r)
                 print(f"| {family} | {seed} | {length:g} | {mass:g} | {r['dof']} | {r['p']} | "
                       f"{'yes' if r['converged'] else '**no**'} | {r['iterations']} | "

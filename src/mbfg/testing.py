@@ -823,7 +823,8 @@ class IdentificationCase:
 
 def random_identification_case(family: str, seed: int, *, length: float, mass: float,
                                periods: float = 10.0, steps: int = 4000,
-                               guess_error: float = 0.25) -> IdentificationCase:
+                               guess_error: float = 0.25,
+                               coulomb: bool = False) -> IdentificationCase:
     """A generated mechanism (:func:`random_mechanism`) made into an identification problem
     with a known answer, at any scale.
 
@@ -837,7 +838,11 @@ def random_identification_case(family: str, seed: int, *, length: float, mass: f
     0.  The guess moves each mass and central inertia by a factor exp(U(-e, e)) and each
     viscous coefficient by exp(U(-1.2 e, 1.2 e)), e = ``guess_error`` (the centres of mass
     stay).  ell is the mechanism's length, omega_c = sqrt(|g| / ell); everything is drawn
-    from ``seed``, so the problem is the same in every unit system.
+    from ``seed``, so the problem is the same in every unit system.  ``coulomb``: every joint
+    also has Coulomb friction (at the default regularization width), mu = c omega_c times a
+    random factor in [0.1, 0.5] (the viscous torque at 0.1-0.5 omega_c), identified too and
+    guessed like the viscous coefficients (drawn from a stream of their own: the other
+    values are those of ``coulomb=False``).
     """
     import dataclasses
 
@@ -864,6 +869,11 @@ def random_identification_case(family: str, seed: int, *, length: float, mass: f
     rng = np.random.default_rng([seed, zlib.crc32(family.encode()), 2])
     friction = tuple(JointFrictionSpec(bodies=j, viscous=float(
         0.05 * m_total * ell ** 2 * w * rng.uniform(0.5, 2.0))) for j in joints)
+    if coulomb:
+        crng = np.random.default_rng([seed, zlib.crc32(family.encode()), 5])
+        friction = tuple(dataclasses.replace(f, coulomb=float(f.viscous * w
+                                                              * crng.uniform(0.1, 0.5)))
+                         for f in friction)
     c = int(best_coordinates(mech, mech.q0, sc.coordinates)[0][0])
     N = null_space_bases(mech, mech.q0[None], sc.coordinates)[0]
     n = (N @ N[c]) / float(N[c] @ N[c]) * sc.coordinates / sc.coordinates[c]
@@ -894,11 +904,17 @@ def random_identification_case(family: str, seed: int, *, length: float, mass: f
                                           I0=(b.I0 - b.mass * cc) * fi + b.mass * fm * cc))
     guess_friction = tuple(dataclasses.replace(f, viscous=f.viscous * float(
         np.exp(rng.uniform(-1.2 * guess_error, 1.2 * guess_error)))) for f in friction)
+    if coulomb:
+        guess_friction = tuple(dataclasses.replace(f, coulomb=f.coulomb * float(
+            np.exp(crng.uniform(-1.2 * guess_error, 1.2 * guess_error))))
+            for f in guess_friction)
     guess = build_mechanism(dataclasses.replace(truth.spec, bodies=tuple(bodies),
                                                 friction=guess_friction))
     names = tuple([f"planar_bodies[{i}].mass" for i in range(len(spec.bodies))]
                   + [f"planar_bodies[{i}].I0" for i in range(len(spec.bodies))]
-                  + [f"friction[{k}].viscous" for k in range(len(friction))])
+                  + [f"friction[{k}].viscous" for k in range(len(friction))]
+                  + ([f"friction[{k}].coulomb" for k in range(len(friction))]
+                     if coulomb else []))
     true_values = np.asarray(parameter_set(truth, names, tuple(sensors)).nominal, float)
     return IdentificationCase(gen.name, truth, guess, sensors,
                               (tuple(readings), dt, tr.t.size, U), names, true_values)

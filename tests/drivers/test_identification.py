@@ -385,3 +385,23 @@ def test_coulomb_switching_does_not_bias_the_fit(monkeypatch):
     monkeypatch.setattr(graph.IdentificationProblem, "coulomb_errors",
                         lambda self, Xs, theta: None)
     assert np.max(z()) > 0.05  # (0.11 on these 8 s; up to 1 std on 30 s)
+
+
+def test_a_parameter_out_of_its_charts_range_is_reported_not_raised(data, monkeypatch):
+    """When the chart's Jacobian is singular at the end (a value driven to 0 or beyond a float:
+    seen on a generated crank-rocker with Coulomb friction at every joint, which does not
+    converge), identify returns its result as not converged and says why, instead of raising
+    numpy's LinAlgError."""
+    from mbfg.model.identification import ParameterSet
+    _, _, guess, gs, train, *_ = data
+    real = ParameterSet.linear_jacobian
+
+    def singular(self, theta):
+        J = real(self, theta)
+        J[0] = 0.0
+        return J
+    monkeypatch.setattr(ParameterSet, "linear_jacobian", singular)
+    res = mbfg.identify(guess, gs, [train], NAMES, settings=IdentificationSettings(
+        max_iterations=3))
+    assert not res.converged
+    assert "left the range its chart represents" in res.stats["reason"]

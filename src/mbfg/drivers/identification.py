@@ -358,7 +358,13 @@ def identify(
     # identifiability in the coordinates the model is linear in (scaled, unit-free): there the
     # null directions of the inertial parameters are linear subspaces
     Jl = params.linear_jacobian(theta)
-    Jl_inv = np.linalg.inv(Jl)
+    try:
+        Jl_inv = np.linalg.inv(Jl)
+    except np.linalg.LinAlgError:  # a value driven to 0 or beyond a float (its chart's exp
+        Jl_inv = np.linalg.pinv(Jl)  # under- or overflows): a result that says so, not a crash
+        converged = False
+        reason = (f"{reason}; a parameter left the range its chart represents (its value went "
+                  f"to 0 or out of floating point)")
     data_info = Jl_inv.T @ (info - prior_info) @ Jl_inv
     data_info = 0.5 * (data_info + data_info.T)
     prior_l = Jl_inv.T @ prior_info @ Jl_inv
