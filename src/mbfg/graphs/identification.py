@@ -81,9 +81,7 @@ stage corrects those rows (``local_errors``): each row's residual is taken again
 motion's, the switching term integrated in closed form over the step
 (:func:`mbfg.model.nonconservative.coulomb_step_errors`, on the states and parameters of
 an earlier solution at the final sigma: ``mbfg.identify``), and its sigma is at least that
-correction, taken over the step and its two neighbours (an estimate places a crossing to
-within about a step).  On exact readings the bias goes from up to 1.05 sampling std to
-0.01.
+correction.  On exact readings the bias goes from up to 1.05 sampling std to 0.01.
 """
 from __future__ import annotations
 
@@ -535,10 +533,9 @@ class IdentificationProblem:
                 scales = offsets = None
                 if local is not None:
                     sig = [np.broadcast_to(sg, (len(idx),)) for _, idx, sg in rows]
-                    offsets = np.concatenate([local[key][0][:, idx] / sg
+                    offsets = np.concatenate([local[key][:, idx] / sg
                                               for (key, idx, _), sg in zip(rows, sig)], axis=1)
-                    scales = np.concatenate([np.maximum(1.0, local[key][1][:, idx] / sg)
-                                             for (key, idx, _), sg in zip(rows, sig)], axis=1)
+                    scales = np.maximum(1.0, np.abs(offsets))
                     if not np.any(scales > 1.0):
                         scales = offsets = None
                 self.pair_scales.append(scales)
@@ -712,21 +709,14 @@ class IdentificationProblem:
 
     def coulomb_errors(self, Xs: list, theta: ArrayLike) -> list:
         """Per recording, :func:`~mbfg.model.nonconservative.coulomb_step_errors` of the
-        states Xs under the model at theta (its payload added), each step's taken as the
-        largest over it and its two neighbours: an estimate places a rate's zero crossing
-        to within about a step.  For the ``local_errors`` of a problem built after this one
-        (the integrator rows' sigmas are then at least these errors)."""
+        states Xs under the model at theta (its payload added).  For the ``local_errors`` of
+        a problem built after this one (its integrator rows are corrected by these errors,
+        and their sigmas are at least their size)."""
         out = []
         for r, X in enumerate(Xs):
             mech = self.recording_model(r, theta)[0]
             part = self.layout.unpack(X)
             err = coulomb_step_errors(mech, part["q"], part["v"], self.recordings[r].dt)
-            for key, e in err.items():
-                wide = np.abs(e)
-                if e.shape[0] > 1:
-                    np.maximum(wide[1:], np.abs(e[:-1]), out=wide[1:])
-                    np.maximum(wide[:-1], np.abs(e[1:]), out=wide[:-1])
-                err[key] = (e, wide)
             out.append(err)
         return out
 
