@@ -134,7 +134,8 @@ CORRECTION_ITERATIONS = 1
 for the final stage's correction (:func:`identify`): one Gauss-Newton step from the loose
 stage makes the states follow the dynamics (they are nearly linear there); on the benchmark's
 random-phase seeds 20-22 two steps, or a whole stage, give the same viscous estimates to 3
-digits, where the loose stage's own states misplace the crossings (viscous errors 1.2-1.5x)."""
+digits.  The loose stage's own states misplace the crossings: with the correction taken from
+them, 14 of its seeds 20-39 had their viscous coefficients within 5 %, 19 with this step."""
 
 CONSISTENCY_SIGMAS = 5.0
 """A recording's cost per reading above 1 + CONSISTENCY_SIGMAS sqrt(2 / n) (n its readings:
