@@ -481,8 +481,8 @@ def _two_recordings(ps, mech, sensors, rng, T=5):
 def _loose_problem(setup, rule, seed, free=True, scaled=False):
     """(problem, step arrays, rng): two random recordings of 5 steps under loose rows (a
     well-conditioned system: the tests are of the algebra, not of rounding).  ``scaled``: the
-    integrator rows of two pairs of the first recording have their own, larger sigmas
-    (``pair_scales``) and every pair of it an offset, the second recording's none."""
+    integrator rows of the first recording are corrected by offsets (``pair_offsets``), two
+    pairs' above their sigmas (which then grow to them), the second recording's none."""
     from mbfg.graphs.identification import IdentificationSettings
     mech, sensors, ps = setup
     rng = np.random.default_rng(seed)
@@ -493,14 +493,15 @@ def _loose_problem(setup, rule, seed, free=True, scaled=False):
         probe = _problem(ps, recs, settings, [(q[0], qd[0]) for q, qd, _ in states], motion,
                          rule)
         X0 = _steps(probe, *states[0], np.random.default_rng(0))
-        scales = np.ones_like(probe._link_blocks(0, X0)[1][2])
-        scales[1] = 1.0 + 9.0 * rng.random(scales.shape[1])
-        scales[3, ::2] = 30.0
+        # offsets within the rows' sigmas everywhere (weight 1), above them on two pairs
+        offsets = 0.1 * rng.normal(size=probe._link_blocks(0, X0)[1][2].shape)
+        offsets[1] = (1.0 + 9.0 * rng.random(offsets.shape[1])) * rng.choice([-1, 1],
+                                                                             offsets.shape[1])
+        offsets[3, ::2] = 30.0
     pb = _problem(ps, recs, settings, [(q[0], qd[0]) for q, qd, _ in states], motion, rule,
                   free=free)
-    if scaled:  # (and corrected by offsets, as where a Coulomb term switches)
-        pb.pair_scales = [scales, None]
-        pb.pair_offsets = [0.1 * rng.normal(size=scales.shape), None]
+    if scaled:  # (as where a Coulomb term switches)
+        pb.pair_offsets = [offsets, None]
     return pb, [_steps(pb, *s, rng) for s in states], rng
 
 

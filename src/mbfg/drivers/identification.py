@@ -287,9 +287,9 @@ def identify(
         # misplaced correction biases the fit as the switching did.  So the final sigma is
         # first taken for CORRECTION_ITERATIONS, and the final stage then takes the
         # correction from that solution
-        pre = final and free and not corrected and _corrects(problem)
+        pre = final and free and not corrected and problem.corrects_switching
         corrected = corrected or pre
-        final, kd_final = final and not pre, final
+        solve_final = final and not pre  # this solve's stopping tests and information
         if Xs is None:
             Xs = [_pack(problem, r.dt, *s) for r, s in zip(recs, starts)]
         # the previous stage's last linearization, its rows reweighted, starts this stage
@@ -298,13 +298,13 @@ def identify(
         # a final stage that can still fall back on the states-only retry gives up early when
         # it stalls far above the loose stage's error
         stall = ((STALL_ITERATIONS, STALL_FACTOR * loose_end[2])
-                 if kd_final and free and loose_end is not None and not retried else None)
+                 if final and free and loose_end is not None and not retried else None)
         Xs, theta, st, info = optimize_joint(
             problem, Xs, theta, initial=initial,
             max_iterations=CORRECTION_ITERATIONS if pre else settings.max_iterations,
             work=work, stall=stall,
-            **_stopping(settings, final),
-            information=final, method=method,
+            **_stopping(settings, solve_final),
+            information=solve_final, method=method,
             progress=None if progress is None else
             (lambda i, n, note, k=len(stages): progress(iterations + i, iterations + n,
                                                          f"stage {k}: {note}")))
@@ -314,12 +314,11 @@ def identify(
         stages.append({"dynamics": kd, "parameters": free, "iterations": st.iterations,
                        "converged": st.converged, "final_error": st.final_error,
                        "seconds": st.seconds, "elimination": st.elimination,
-                       "coulomb_correction": _corrects(problem)})
+                       "coulomb_correction": problem.corrects_switching})
         reason, converged = st.reason, st.converged
         if pre:  # the final stage follows, whether or not this one converged
             plan.insert(0, (kd, free, True))
             continue
-        final = kd_final
         if not final:
             loose_end = ([X.copy() for X in Xs], theta.copy(), st.final_error)
         elif not converged and loose_end is not None and free and not retried:
@@ -394,12 +393,6 @@ def identify(
         err.partial = res
         raise err
     return res
-
-
-def _corrects(problem: IdentificationProblem) -> bool:
-    """Whether ``problem``'s integrator rows are corrected anywhere for a Coulomb term's
-    switching (its ``local_errors``)."""
-    return any(x is not None for x in problem.pair_scales)
 
 
 def _peaks(problem: IdentificationProblem, Xs: list, recs: list) -> dict:
@@ -506,7 +499,7 @@ def cross_validate(
         problem = IdentificationProblem(fixed, [rec], _stage_settings(settings, kd), first,
                                         motion, free=False, jerk_coordinates=jerk, peaks=peaks,
                                         local_errors=local)
-        pre = final and not corrected and _corrects(problem)
+        pre = final and not corrected and problem.corrects_switching
         if pre:  # as in identify: CORRECTION_ITERATIONS, then corrected from that solution
             corrected, final = True, False
             sigmas.append(kd)

@@ -482,9 +482,10 @@ class IdentificationProblem:
         self.integrator = (settings.integrator if settings.integrator is not None
                            else INTEGRATOR_DEFAULTS[settings.rule])
         self._steps, self.links, self.grids = [], [], []
-        # per recording, (N - 1, rows) of the pair rows or None: their sigmas' factors and
-        # the exact motion's residuals (in their sigmas) that they are corrected by
-        self.pair_scales, self.pair_offsets = [], []
+        # per recording, (N - 1, rows) of the pair rows or None: the exact motion's residuals
+        # (in the rows' sigmas) that they are corrected by; a row's sigma is then at least
+        # its correction (``pair_weights``)
+        self.pair_offsets = []
         off = 0
         for rec, (q0, v0) in zip(self.recordings, starts):
             N = int(rec.n_steps)
@@ -530,18 +531,15 @@ class IdentificationProblem:
                     terms.append(L.step_links(lay, r0, rec.dt, [("q", "v")], rows[0][2]))
                     terms.append(L.step_links(lay, r0, rec.dt, [("v", "a")], rows[1][2]))
                 local = None if local_errors is None else local_errors[len(self.links)]
-                scales = offsets = None
+                offsets = None
                 if local is not None:
-                    sig = [np.broadcast_to(sg, (len(idx),)) for _, idx, sg in rows]
-                    offsets = np.concatenate([local[key][:, idx] / sg
-                                              for (key, idx, _), sg in zip(rows, sig)], axis=1)
-                    scales = np.maximum(1.0, np.abs(offsets))
-                    if not np.any(scales > 1.0):
-                        scales = offsets = None
-                self.pair_scales.append(scales)
+                    offsets = np.concatenate(
+                        [local[key][:, idx] / np.broadcast_to(sg, (len(idx),))
+                         for key, idx, sg in rows], axis=1)
+                    if not np.any(np.abs(offsets) > 1.0):  # all within the rows' own sigma
+                        offsets = None
                 self.pair_offsets.append(offsets)
             else:
-                self.pair_scales.append(None)
                 self.pair_offsets.append(None)
             self.links.append(terms)
             self.grids.append(readings_on_grid(params.sensors, list(rec.readings), N))
@@ -700,7 +698,7 @@ class IdentificationProblem:
         for r, X in enumerate(Xs):
             e = self.residuals(r, X, theta, jacobians=False)[0]
             total += 0.5 * float(np.sum(e * e))
-            if self.pair_scales[r] is None:
+            if self.pair_offsets[r] is None:
                 total += sum(t.error(X) for t in self.links[r])
             else:
                 fixed, (_, _, ep, _) = self._link_blocks(r, X)
@@ -754,8 +752,8 @@ class IdentificationProblem:
     def _link_blocks(self, r: int, X: np.ndarray) -> tuple:
         """The initial priors of recording r as ``[(step, A, e), ...]`` and its two integrator
         families stacked into one pair factor ``(B0, B1, e (N - 1, rows), w)`` (the same blocks
-        for every pair of consecutive steps; w (N - 1, rows) the rows' weights, 1 / this
-        recording's ``pair_scales``, e weighted by them, or None)."""
+        for every pair of consecutive steps; w (N - 1, rows) the rows' :meth:`pair_weights`,
+        e corrected by ``pair_offsets`` and weighted by them, or None)."""
         terms = self.links[r]
         fixed = []
         for t in terms[:2]:
@@ -774,12 +772,24 @@ class IdentificationProblem:
         B0 = np.concatenate([b[1][0][0] for b in blocks], axis=0)
         B1 = np.concatenate([b[1][1][0] for b in blocks], axis=0)
         e = np.concatenate([b[2] for b in blocks], axis=1)
-        w = None
-        if self.pair_scales[r] is not None:
-            w = 1.0 / self.pair_scales[r]
+        w = self.pair_weights(r)
+        if w is not None:
             e -= self.pair_offsets[r]
             e *= w
         return fixed, (B0, B1, e, w)
+
+    def pair_weights(self, r: int) -> np.ndarray | None:
+        """(N - 1, rows) weights of recording r's integrator rows, 1 / max(1, |offset|): a
+        corrected row's sigma is at least its correction (module docstring); None where
+        nothing is corrected."""
+        off = self.pair_offsets[r]
+        return None if off is None else 1.0 / np.maximum(1.0, np.abs(off))
+
+    @property
+    def corrects_switching(self) -> bool:
+        """Whether any integrator row is corrected for a Coulomb term's switching
+        (``local_errors``)."""
+        return any(off is not None for off in self.pair_offsets)
 
     def ordering(self) -> list:
         """Elimination order: every recording's steps in time order, theta last."""
@@ -840,7 +850,6 @@ class IdentificationProblem:
                 and all(a is b for a, b in zip(source.recordings, self.recordings))
                 and source.motion == self.motion
                 and source.integrator == self.integrator
-                and _same_arrays(source.pair_scales, self.pair_scales)
                 and _same_arrays(source.pair_offsets, self.pair_offsets)
                 and source.settings.prior == self.settings.prior
                 and len(source.links) == len(self.links)
@@ -863,7 +872,7 @@ class IdentificationProblem:
 
 
 def _same_arrays(a: list, b: list) -> bool:
-    """Whether two lists of arrays or None (a problem's ``pair_scales``) are the same."""
+    """Whether two lists of arrays or None (a problem's ``pair_offsets``) are the same."""
     return len(a) == len(b) and all(
         x is y or (x is not None and y is not None and np.array_equal(x, y))
         for x, y in zip(a, b))
