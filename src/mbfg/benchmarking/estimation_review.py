@@ -131,13 +131,16 @@ _PROTO_CACHE: dict = {}
 
 def simulate_prototype(proto: Mechanism, t_end: float, dt: float) -> tuple:
     """(t, q, qd, qdd) of the prototype from rest at its q0 (DOP853, rtol = atol = 1e-11);
-    cached per (mechanism, t_end, dt)."""
+    cached per (mechanism, t_end, dt).  The cache keeps the mechanism it was computed for:
+    an id alone is reused by the next object once the first is freed, and a second
+    prototype (another condition's) then got the first one's motion."""
     from mbfg.model.integrate import integrate_reference
     key = (id(proto), float(t_end), float(dt))
-    if key not in _PROTO_CACHE:
+    hit = _PROTO_CACHE.get(key)
+    if hit is None or hit[0] is not proto:
         ref = integrate_reference(proto, t_end, dt, rtol=1e-11, atol=1e-11)
-        _PROTO_CACHE[key] = (ref.t, ref.q, ref.qd, ref.qdd)
-    return _PROTO_CACHE[key]
+        hit = _PROTO_CACHE[key] = (proto, (ref.t, ref.q, ref.qd, ref.qdd))
+    return hit[1]
 
 
 def _rmse(x):
