@@ -12,7 +12,8 @@ import mbfg
 from mbfg.errors import SchemaError
 from mbfg.model.inertia import kinetic_energy, potential_energy
 from mbfg.model.integrate import integrate_reference, integrate_trapezoidal
-from mbfg.model.nonconservative import (friction_force_jacobians, friction_forces,
+from mbfg.model.nonconservative import (TANH_SATURATED, coulomb_dwells,
+                                        friction_force_jacobians, friction_forces,
                                         motor_forces, sliding_rates)
 from mbfg.model.sensors import Gyroscope
 from mbfg.resources import mechanism_path
@@ -409,3 +410,25 @@ def test_coulomb_step_errors_are_the_exact_motions_rule_residuals(dt):
                       & (np.sign(s[:-1]) == np.sign(s[1:]))[:, coulomb], axis=1)
         assert calm.sum() > 0.5 * len(calm)
         assert np.all(err[key][calm] == 0.0)
+
+
+def test_coulomb_dwells_count_the_steps_in_each_terms_steep_band():
+    """A rate swept linearly through zero spends a known share of the steps within
+    TANH_SATURATED widths (the band is 20 x 0.5 rad/s for the crank and 20 x 0.2 m/s for the
+    slider); one that jumps across zero from step to step never dwells.  Elements without a
+    Coulomb term are not listed."""
+    mech = with_yaml("quick-return", QUICK_RETURN_FRICTION)
+    rng = np.random.default_rng(5)
+    direction = rng.normal(size=mech.n)
+    k = sliding_rates(mech, mech.q0, direction)            # rate per unit of the sweep
+    N = 1001
+    alpha = np.linspace(-1.0, 1.0, N) * 4.0 * TANH_SATURATED / np.min(np.abs(k[[0, 2]])) * 0.5
+    q = np.broadcast_to(mech.q0, (N, mech.n))
+    out = coulomb_dwells(mech, q, alpha[:, None] * direction)
+    assert [label.split(" ")[0] for label, _, _ in out] == ["friction[0]", "friction[2]"]
+    for (label, fraction, longest), e, width in zip(out, (0, 2), (0.5, 0.2)):
+        inside = np.abs(alpha * k[e]) < TANH_SATURATED * width
+        assert fraction == pytest.approx(np.mean(inside)) and 0.0 < fraction < 1.0
+        assert longest == int(np.sum(inside))              # one contiguous run around zero
+    flip = np.where(np.arange(N) % 2 == 0, 1.0, -1.0) * np.max(np.abs(alpha))
+    assert all(f == 0.0 and n == 0 for _, f, n in coulomb_dwells(mech, q, flip[:, None] * direction))

@@ -24,6 +24,7 @@ from mbfg.graphs.identification import (IdentificationProblem, IdentificationSet
                                         jerk_coordinates, motion_scales, payload_vector,
                                         peak_rates)
 from mbfg.model.identification import initial_states, initial_states_many, parameter_set
+from mbfg.model.nonconservative import coulomb_dwells
 from mbfg.model.sensors import readings_on_grid
 from mbfg.results import (BaseParameters, EstimationResult, IdentificationResult, Stats,
                           ValidationResult)
@@ -91,7 +92,7 @@ def _start(params, rec, settings, from_readings=True):
     from mbfg.estimation.graph_estimators import estimate_online
     forces = None
     if rec.inputs is not None:
-        from mbfg.model.nonconservative import motor_forces
+        from mbfg.model.nonconservative import coulomb_dwells, motor_forces
         Qm = motor_forces(mech, rec.inputs)
         forces = lambda t: Qm[min(int(round(t / rec.dt)), rec.n_steps - 1)]  # noqa: E731
     on = estimate_online(mech, params.sensors, list(rec.readings), rec.dt, rec.n_steps,
@@ -376,6 +377,8 @@ def identify(
     costs = np.array([c for c, _ in parts])
     if converged:  # (a run that did not converge says so already)
         _warn_inconsistent_fit(costs, [float(np.sum(c["readings"])) for _, c in parts])
+    if not converged:
+        reason += _dwell_note(problem, loose_end[0] if loose_end is not None else Xs, recs)
     states = tuple(_states(problem, X, rec, "identify") for X, rec in zip(Xs, recs))
     seconds = time.perf_counter() - t0
     stats = Stats.of("identify", seconds, sum(r.n_steps for r in recs), iterations,
@@ -393,6 +396,30 @@ def identify(
         err.partial = res
         raise err
     return res
+
+
+DWELL_STEPS = 3
+"""Consecutive steps within the steep part of a Coulomb term (:func:`coulomb_dwells`) from
+which a joint is said to dwell there (stick or creep) rather than cross zero, which takes a
+step or two."""
+
+
+def _dwell_note(problem: IdentificationProblem, Xs: list, recs: list) -> str:
+    """The reason's note on the Coulomb terms whose joints dwell near zero rate in states that
+    follow the readings (the loose stage's, or the initial estimate's): an identification
+    with them does not converge (docs/identification.md, "Joints that stick")."""
+    notes = []
+    for X, rec in zip(Xs, recs):
+        p = problem.layout.unpack(X)
+        for label, fraction, longest in coulomb_dwells(problem.params.mech, p["q"], p["v"]):
+            if longest >= DWELL_STEPS:
+                notes.append(f"{label.split(' ')[0]} in {rec.name}: {100 * fraction:.0f} % of "
+                             f"the steps, up to {longest} in a row")
+    if not notes:
+        return ""
+    return ("; the rate of a Coulomb term stays within its regularization's steep band (the "
+            "joint sticks), where the smooth model is too stiff to fit from readings: "
+            + ", ".join(notes))
 
 
 def _peaks(problem: IdentificationProblem, Xs: list, recs: list) -> dict:

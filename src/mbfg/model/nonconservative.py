@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FrictionElement", "friction_elements", "friction_forces", "friction_force_jacobians",
            "sliding_rates", "motor_matrix", "motor_forces", "input_function",
-           "with_inputs", "sampled_inputs", "coulomb_step_errors",
+           "with_inputs", "sampled_inputs", "coulomb_step_errors", "coulomb_dwells",
            "DEFAULT_WIDTH_FRACTION"]
 
 DEFAULT_WIDTH_FRACTION = 1e-3
@@ -168,6 +168,39 @@ def _law(e: FrictionElement, s):
 
 TANH_SATURATED = 20.0
 """|s| / eps beyond which tanh(s / eps) is +-1 to double precision (1 - tanh(20) = 8e-18)."""
+
+
+def coulomb_dwells(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> list:
+    """Where each Coulomb term stays in its steep part over a sampled motion.
+
+    A joint that sticks (or creeps) keeps its sliding rate within a few regularization widths
+    of zero for many steps: there mu tanh(s / eps) is a damper of slope mu / eps, far stiffer
+    than the rest of the dynamics, and the rate that balances it is a fraction of eps, below
+    what readings resolve.  A rate that crosses zero passes that band within a step.
+
+    Parameters
+    ----------
+    mech : Mechanism
+    q, qd : (N, n) arrays
+        Coordinates and their rates at N samples.
+
+    Returns
+    -------
+    list of (label, fraction, longest)
+        One per element with a Coulomb term: the fraction of the samples where |s| <
+        ``TANH_SATURATED`` eps, and the longest run of consecutive such samples.
+    """
+    s = sliding_rates(mech, q, qd)
+    out = []
+    for i, e in enumerate(mech.friction_elements):
+        if e.coulomb == 0.0:
+            continue
+        steep = np.abs(s[:, i]) < TANH_SATURATED * e.width
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], steep.astype(np.int8), [0]))))
+        longest = int(np.max(edges[1::2] - edges[::2])) if edges.size else 0
+        out.append((e.label, float(np.mean(steep)) if steep.size else 0.0, longest))
+    return out
+
 
 _GAUSS_NODES, _GAUSS_WEIGHTS = np.polynomial.legendre.leggauss(128)
 
