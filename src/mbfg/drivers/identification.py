@@ -188,14 +188,21 @@ def _stopping(settings, final):
     return {"relative_tolerance": settings.stage_tolerance, "step_sigmas": 0.0}
 
 
-def _schedule(settings):
+def _schedule(settings, dwells=False):
     """(dynamics sigma, parameters free, final) of each stage: optionally the states alone
     with a loose dynamics model (the states then follow the readings), then the joint problem
     at each of ``settings.continuation``'s loose sigmas and finally at ``settings.dynamics``
     (a continuation: the tight, output-error-like problem has a small basin of convergence;
     the loose one is nearly linear in the parameters and starts the next stage close to its
-    optimum)."""
+    optimum).  ``dwells``: a joint dwells in its Coulomb term's steep band (:func:`_dwells`),
+    and the loose sigmas also step down from the loosest by ``DWELL_CONTINUATION``."""
     loose = [float(k) for k in settings.continuation if k > settings.dynamics * (1 + 1e-9)]
+    if dwells and loose:
+        k = max(loose) / DWELL_CONTINUATION
+        while k > settings.dynamics * (1 + 1e-9):
+            loose.append(k)
+            k /= DWELL_CONTINUATION
+        loose = sorted(set(loose), reverse=True)
     out = []
     if settings.states_first:
         out.append((loose[0] if loose else settings.dynamics, False, False))
@@ -267,7 +274,7 @@ def identify(
     method = "cholesky"  # once an indefinite pivot made it fall back to QR, QR it is
     problem = st = None
     work = {}  # the elimination's buffers, shared by the stages
-    plan = list(_schedule(settings))
+    plan = list(_schedule(settings, _dwells(params.mech, starts)))
     loose_end = None   # (Xs, theta) at the end of the last loose stage
     peaks = None       # the peak jerk and snap of a final solution (below)
     first_fit = None   # that solution, kept should the stage solved with its peaks fail
@@ -398,28 +405,53 @@ def identify(
     return res
 
 
-DWELL_STEPS = 3
-"""Consecutive steps within the steep part of a Coulomb term (:func:`coulomb_dwells`) from
-which a joint is said to dwell there (stick or creep) rather than cross zero, which takes a
-step or two."""
+DWELL_FRACTION = 0.05
+"""The share of a recording's steps beyond which a Coulomb term's rate is said to dwell in its
+steep band (:func:`~mbfg.model.nonconservative.coulomb_dwells`: the joint sticks or creeps)
+rather than cross it.  A crank that reverses crosses the band in some ten steps of a
+thousand (the benchmark four-bar: 0.3-0.9 % of the steps, in runs of up to 25 steps); a
+generated pendulum that sticks dwells there in 16 % of them (runs of up to 160 steps), and
+the generated mechanisms that barely move, in 80-100 %.  Chosen on those cases (the four-bar's
+noise seeds 0-1, the generated ones' seed 21)."""
+
+DWELL_CONTINUATION = 10.0
+"""The factor between consecutive loose dynamics sigmas when a joint dwells in its Coulomb
+term's steep band (:func:`_schedule`).  There the rate that balances mu tanh(s / eps) lies
+within about eps of zero, and the states that follow the readings err by a few eps: from
+them the final stage lands in tanh's flat parts, where the dynamics rows have no slope in
+the rate, and stalls (the generated pendulum: cost 32 per reading after 150 iterations).  The
+final stage converges from rates within about 0.3 eps of the truth (the same pendulum from
+its true rates at those steps with 0.3 eps of noise; not from 1 eps), and stages a factor 10
+apart lead the states there step by step."""
+
+
+def _dwelling(mech: Mechanism, q: np.ndarray, v: np.ndarray) -> list:
+    """:func:`~mbfg.model.nonconservative.coulomb_dwells` of the Coulomb terms whose rates
+    dwell in their steep band in more than ``DWELL_FRACTION`` of the steps (q, v) (N, n)."""
+    return [d for d in coulomb_dwells(mech, q, v) if d[1] > DWELL_FRACTION]
+
+
+def _dwells(mech: Mechanism, starts: list) -> bool:
+    """Whether a joint of ``mech`` dwells in its Coulomb term's steep band in any of the
+    initial estimates ``starts`` ((q, v, a) each)."""
+    return any(_dwelling(mech, q, v) for q, v, _ in starts)
 
 
 def _dwell_note(problem: IdentificationProblem, Xs: list, recs: list) -> str:
     """The reason's note on the Coulomb terms whose joints dwell near zero rate in states that
     follow the readings (the loose stage's, or the initial estimate's): an identification
-    with them does not converge (docs/identification.md, "Joints that stick")."""
+    with them may not converge (docs/identification.md, "Joints that stick")."""
     notes = []
     for X, rec in zip(Xs, recs):
         p = problem.layout.unpack(X)
-        for label, fraction, longest in coulomb_dwells(problem.params.mech, p["q"], p["v"]):
-            if longest >= DWELL_STEPS:
-                notes.append(f"{label.split(' ')[0]} in {rec.name}: {100 * fraction:.0f} % of "
-                             f"the steps, up to {longest} in a row")
+        for label, fraction, longest in _dwelling(problem.params.mech, p["q"], p["v"]):
+            notes.append(f"{label.split(' ')[0]} in {rec.name}: {100 * fraction:.0f} % of "
+                         f"the steps, up to {longest} in a row")
     if not notes:
         return ""
     return ("; the rate of a Coulomb term stays within its regularization's steep band (the "
-            "joint sticks), where the smooth model is too stiff to fit from readings: "
-            + ", ".join(notes))
+            "joint sticks or creeps), where the smooth model is stiff and hard to fit from "
+            "readings: " + ", ".join(notes))
 
 
 def _peaks(problem: IdentificationProblem, Xs: list, recs: list) -> dict:
@@ -515,7 +547,8 @@ def cross_validate(
     zero = np.zeros(fixed.size)
     # the identification's continuation (its stages' dynamics sigmas, the states alone): the
     # tight problem's basin is small, and the initial states come from filtered readings
-    sigmas = list(dict.fromkeys(kd for kd, _, _ in _schedule(settings)))
+    sigmas = list(dict.fromkeys(kd for kd, _, _ in _schedule(settings,
+                                                              _dwells(fixed.mech, [start]))))
     Xs, problem, st, iterations, peaks, corrected = None, None, None, 0, None, False
     while sigmas:
         kd = sigmas.pop(0)
