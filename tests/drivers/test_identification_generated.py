@@ -93,9 +93,12 @@ def sticking_pendulum():
 def test_a_joint_that_sticks_is_identified_through_a_finer_continuation(sticking_pendulum):
     """Where a joint dwells in its Coulomb term's steep band the loose stages step down by
     factors of 10 to the final dynamics sigma (from the loose stage alone the final stage
-    stalls at 32 per reading), and the fit is consistent and honest."""
+    stalls at 32 per reading), and the fit is consistent and honest.  Its step (4.1 ms) is
+    just longer than the sticking joint's time constant (3.5 ms): a warning says the intervals
+    may be too narrow (here they are not)."""
     case = sticking_pendulum
-    res = mbfg.identify(case.guess, case.sensors, [case.recording], list(case.names))
+    with pytest.warns(RuntimeWarning, match=r"friction\[0\] in recording: 1\d % of the steps"):
+        res = mbfg.identify(case.guess, case.sensors, [case.recording], list(case.names))
     assert res.converged, res.stats["reason"]
     sigmas = [st["dynamics"] for st in res.stats["stages"]]
     assert sigmas[:4] == pytest.approx([1.0, 0.1, 0.01, 0.001])

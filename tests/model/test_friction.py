@@ -425,10 +425,28 @@ def test_coulomb_dwells_count_the_steps_in_each_terms_steep_band():
     alpha = np.linspace(-1.0, 1.0, N) * 4.0 * TANH_SATURATED / np.min(np.abs(k[[0, 2]])) * 0.5
     q = np.broadcast_to(mech.q0, (N, mech.n))
     out = coulomb_dwells(mech, q, alpha[:, None] * direction)
-    assert [label.split(" ")[0] for label, _, _ in out] == ["friction[0]", "friction[2]"]
-    for (label, fraction, longest), e, width in zip(out, (0, 2), (0.5, 0.2)):
+    assert [label.split(" ")[0] for label, *_ in out] == ["friction[0]", "friction[2]"]
+    for (label, fraction, longest, _), e, width in zip(out, (0, 2), (0.5, 0.2)):
         inside = np.abs(alpha * k[e]) < TANH_SATURATED * width
         assert fraction == pytest.approx(np.mean(inside)) and 0.0 < fraction < 1.0
         assert longest == int(np.sum(inside))              # one contiguous run around zero
     flip = np.where(np.arange(N) % 2 == 0, 1.0, -1.0) * np.max(np.abs(alpha))
-    assert all(f == 0.0 and n == 0 for _, f, n in coulomb_dwells(mech, q, flip[:, None] * direction))
+    assert all(f == 0.0 and n == 0 and tau == np.inf
+               for _, f, n, tau in coulomb_dwells(mech, q, flip[:, None] * direction))
+
+
+@pytest.mark.parametrize("length, mass", [(1e-3, 1e-3), (2.0, 50.0)])
+def test_coulomb_dwells_time_constant_is_the_pendulums(length, mass):
+    """A uniform rod pivoted at one end, I_O = m L^2 / 3: near zero rate its friction
+    mu tanh(w / eps) + c w is a damper of time constant I_O / (mu / eps + c)."""
+    from mbfg.testing import pendulum_chain_yaml
+    mu, eps, c = 0.2 * mass * length, 0.01, 0.05 * mass * length ** 2
+    text = pendulum_chain_yaml(1, length, mass) + (
+        f"friction:\n  - {{type: joint, bodies: [ground, 0], viscous: {c!r}, "
+        f"coulomb: {mu!r}, width: {eps!r}}}\n")
+    mech = mbfg.mechanism_from_yaml(text, "rod")
+    q = np.broadcast_to(mech.q0, (5, mech.n))
+    qd = np.zeros((5, mech.n))
+    [(label, fraction, longest, tau)] = coulomb_dwells(mech, q, qd)
+    assert (fraction, longest) == (1.0, 5)
+    assert tau == pytest.approx(mass * length ** 2 / 3.0 / (mu / eps + c), rel=1e-10)

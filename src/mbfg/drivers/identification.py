@@ -92,7 +92,7 @@ def _start(params, rec, settings, from_readings=True):
     from mbfg.estimation.graph_estimators import estimate_online
     forces = None
     if rec.inputs is not None:
-        from mbfg.model.nonconservative import coulomb_dwells, motor_forces
+        from mbfg.model.nonconservative import motor_forces
         Qm = motor_forces(mech, rec.inputs)
         forces = lambda t: Qm[min(int(round(t / rec.dt)), rec.n_steps - 1)]  # noqa: E731
     on = estimate_online(mech, params.sensors, list(rec.readings), rec.dt, rec.n_steps,
@@ -384,6 +384,8 @@ def identify(
     costs = np.array([c for c, _ in parts])
     if converged:  # (a run that did not converge says so already)
         _warn_inconsistent_fit(costs, [float(np.sum(c["readings"])) for _, c in parts])
+        _warn_unresolved_dwell(problem, loose_end[0] if loose_end is not None else Xs, recs,
+                               theta)
     if not converged:
         reason += _dwell_note(problem, loose_end[0] if loose_end is not None else Xs, recs)
     states = tuple(_states(problem, X, rec, "identify") for X, rec in zip(Xs, recs))
@@ -437,21 +439,48 @@ def _dwells(mech: Mechanism, starts: list) -> bool:
     return any(_dwelling(mech, q, v) for q, v, _ in starts)
 
 
-def _dwell_note(problem: IdentificationProblem, Xs: list, recs: list) -> str:
-    """The reason's note on the Coulomb terms whose joints dwell near zero rate in states that
-    follow the readings (the loose stage's, or the initial estimate's): an identification
-    with them may not converge (docs/identification.md, "Joints that stick")."""
+def _dwell_notes(mech: Mechanism, problem: IdentificationProblem, Xs: list, recs: list) -> list:
+    """Per Coulomb term of ``mech`` that dwells in its steep band (:func:`_dwelling`) in the
+    states Xs (ones that follow the readings: the loose stage's, or the initial estimate's): a
+    text naming it, how long it dwells and its time constant there against the step, and
+    whether the step resolves that time constant."""
     notes = []
     for X, rec in zip(Xs, recs):
         p = problem.layout.unpack(X)
-        for label, fraction, longest in _dwelling(problem.params.mech, p["q"], p["v"]):
-            notes.append(f"{label.split(' ')[0]} in {rec.name}: {100 * fraction:.0f} % of "
-                         f"the steps, up to {longest} in a row")
+        for label, fraction, longest, tau in _dwelling(mech, p["q"], p["v"]):
+            notes.append((f"{label.split(' ')[0]} in {rec.name}: {100 * fraction:.0f} % of the "
+                          f"steps, up to {longest} in a row, time constant {tau:.3g} s at "
+                          f"dt = {rec.dt:.3g} s", rec.dt <= tau))
+    return notes
+
+
+def _dwell_note(problem: IdentificationProblem, Xs: list, recs: list) -> str:
+    """The reason's note on the Coulomb terms whose joints dwell near zero rate
+    (:func:`_dwell_notes`): an identification with them may not converge
+    (docs/identification.md, "Joints that stick or creep")."""
+    notes = _dwell_notes(problem.params.mech, problem, Xs, recs)
     if not notes:
         return ""
     return ("; the rate of a Coulomb term stays within its regularization's steep band (the "
             "joint sticks or creeps), where the smooth model is stiff and hard to fit from "
-            "readings: " + ", ".join(notes))
+            "readings: " + ", ".join(text for text, _ in notes))
+
+
+def _warn_unresolved_dwell(problem: IdentificationProblem, Xs: list, recs: list,
+                           theta: np.ndarray) -> None:
+    """RuntimeWarning for a converged fit where a Coulomb term dwells in its steep band with a
+    time constant (at the identified values ``theta``) shorter than the step: the integrator
+    rows do not resolve its creep, and the intervals may be too narrow (generated mechanisms,
+    docs/identification.md)."""
+    mech = problem.params.apply(theta)[0]
+    unresolved = [text for text, resolved in _dwell_notes(mech, problem, Xs, recs)
+                  if not resolved]
+    if unresolved:
+        warnings.warn("identify: a Coulomb term's rate stays within its regularization's steep "
+                      "band, where its time constant is shorter than the step (" +
+                      "; ".join(unresolved) + "): the steps do not resolve its creep and the "
+                      "standard deviations may be too narrow; record at a shorter step or give "
+                      "the term a wider width", RuntimeWarning, stacklevel=3)
 
 
 def _peaks(problem: IdentificationProblem, Xs: list, recs: list) -> dict:

@@ -171,12 +171,16 @@ TANH_SATURATED = 20.0
 
 
 def coulomb_dwells(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> list:
-    """Where each Coulomb term stays in its steep part over a sampled motion.
+    """Where each Coulomb term stays in its steep part over a sampled motion, and how stiff
+    it is there.
 
     A joint that sticks (or creeps) keeps its sliding rate within a few regularization widths
     of zero for many steps: there mu tanh(s / eps) is a damper of slope mu / eps, far stiffer
     than the rest of the dynamics, and the rate that balances it is a fraction of eps, below
-    what readings resolve.  A rate that crosses zero passes that band within a step.
+    what readings resolve.  A rate that crosses zero passes that band within a step or a few.
+    The damper's time constant is tau = 1 / ((mu / eps + c) g^T M^-1 g), with M^-1 g the
+    constrained response to the element's force direction g (1 / g^T M^-1 g is the inertia
+    the element moves; c the viscous coefficient).
 
     Parameters
     ----------
@@ -186,10 +190,13 @@ def coulomb_dwells(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> list:
 
     Returns
     -------
-    list of (label, fraction, longest)
+    list of (label, fraction, longest, tau)
         One per element with a Coulomb term: the fraction of the samples where |s| <
-        ``TANH_SATURATED`` eps, and the longest run of consecutive such samples.
+        ``TANH_SATURATED`` eps, the longest run of consecutive such samples, and the shortest
+        time constant tau [s] at them (inf when there are none).
     """
+    from mbfg.model.dynamics import forward_dynamics
+    q, qd = np.asarray(q, float), np.asarray(qd, float)
     s = sliding_rates(mech, q, qd)
     out = []
     for i, e in enumerate(mech.friction_elements):
@@ -198,7 +205,16 @@ def coulomb_dwells(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> list:
         steep = np.abs(s[:, i]) < TANH_SATURATED * e.width
         edges = np.flatnonzero(np.diff(np.concatenate(([0], steep.astype(np.int8), [0]))))
         longest = int(np.max(edges[1::2] - edges[::2])) if edges.size else 0
-        out.append((e.label, float(np.mean(steep)) if steep.size else 0.0, longest))
+        tau = np.inf
+        k = np.flatnonzero(steep)
+        if k.size:
+            g = e.rate(q[k])
+            response = (forward_dynamics(mech, q[k], qd[k], g)
+                        - forward_dynamics(mech, q[k], qd[k], np.zeros_like(g)))
+            mobility = float(np.max(np.einsum("kn,kn->k", g, response)))   # 1 / inertia
+            if mobility > 0.0:
+                tau = 1.0 / ((e.coulomb / e.width + e.viscous) * mobility)
+        out.append((e.label, float(np.mean(steep)) if steep.size else 0.0, longest, tau))
     return out
 
 
