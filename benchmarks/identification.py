@@ -179,31 +179,13 @@ def recording_phases(seed: int, excitation: str) -> dict:
 def integrate_once(mech, t_end, dt, u):
     """The true motion of a random-phase recording: DOP853 (rtol = atol = 1e-10) in one
     ``solve_ivp`` call over the whole recording, its samples projected onto the constraint
-    manifold afterwards.  ``integrate_reference`` restarts the integrator at every sample and
-    is ten times slower; on seed 100's training recording the two crank angles agree to
-    5e-6 rad (300 times below an encoder count; the rates to 3e-5 rad/s, 150 times below the
-    gyroscope's sigma), and this one is the closer to a DOP853 solution at rtol 1e-13
-    (4e-7 rad against 5e-6 rad)."""
-    from scipy.integrate import solve_ivp
-
-    from mbfg.model.dynamics import forward_dynamics
-    from mbfg.model.kinematics import project_velocities_batch, solve_positions_batch
-    from mbfg.model.nonconservative import motor_forces
-    n = mech.n
-    t = np.arange(int(round(t_end / dt)) + 1) * dt
-
-    def rhs(tt, y):
-        return np.concatenate([y[n:], forward_dynamics(mech, y[:n], y[n:],
-                                                       motor_forces(mech, u(tt)))])
-    y0 = np.concatenate([np.asarray(mech.q0, float), np.zeros(n)])
-    sol = solve_ivp(rhs, (0.0, t[-1]), y0, method="DOP853", rtol=1e-10, atol=1e-10, t_eval=t)
-    if not sol.success:
-        raise RuntimeError(f"truth integration failed: {sol.message}")
-    q = solve_positions_batch(mech, sol.y[:n].T)[0]
-    qd = project_velocities_batch(mech, q, sol.y[n:].T)
-    U = np.stack([u(tt) for tt in t])
-    qdd = forward_dynamics(mech, q, qd, motor_forces(mech, U))
-    return SimpleNamespace(t=t, q=q, qd=qd, qdd=qdd), U
+    manifold afterwards (``integrate_reference(..., restart=False)``).  Restarting the
+    integrator at every sample is ten times slower; on seed 100's training recording the two
+    crank angles agree to 5e-6 rad (300 times below an encoder count; the rates to 3e-5
+    rad/s, 150 times below the gyroscope's sigma), and this one is the closer to a DOP853
+    solution at rtol 1e-13 (4e-7 rad against 5e-6 rad)."""
+    tr = integrate_reference(mech, t_end, dt, inputs=u, rtol=1e-10, atol=1e-10, restart=False)
+    return tr, np.stack([u(tt) for tt in tr.t])
 
 
 def truth_runs(truth, loaded, phases, t_end, dt, cache=None, once=False):

@@ -335,24 +335,10 @@ motors:
 
 
 def _dop853(mech, u, t_end, dt):
-    """The exact motion from rest at q0 under inputs u(t): scipy's DOP853 (rtol = atol =
-    1e-10) in one call, sampled every dt and projected onto the constraints (q, qd, qdd, U)."""
-    from scipy.integrate import solve_ivp
-
-    from mbfg.model.dynamics import forward_dynamics
-    from mbfg.model.kinematics import project_velocities_batch, solve_positions_batch
-    from mbfg.model.nonconservative import motor_forces
-    n = mech.n
-    t = np.arange(int(round(t_end / dt)) + 1) * dt
-    rhs = lambda tt, y: np.concatenate(  # noqa: E731
-        [y[n:], forward_dynamics(mech, y[:n], y[n:], motor_forces(mech, u(tt)))])
-    y0 = np.concatenate([np.asarray(mech.q0, float), np.zeros(n)])
-    sol = solve_ivp(rhs, (0.0, t[-1]), y0, method="DOP853", rtol=1e-10, atol=1e-10, t_eval=t)
-    assert sol.success
-    q = solve_positions_batch(mech, sol.y[:n].T)[0]
-    qd = project_velocities_batch(mech, q, sol.y[n:].T)
-    U = np.stack([u(tt) for tt in t])
-    return q, qd, forward_dynamics(mech, q, qd, motor_forces(mech, U)), U
+    """The exact motion from rest at q0 under inputs u(t): DOP853 (rtol = atol = 1e-10) in one
+    call, sampled every dt and projected onto the constraints (q, qd, qdd, U)."""
+    tr = integrate_reference(mech, t_end, dt, inputs=u, rtol=1e-10, atol=1e-10, restart=False)
+    return tr.q, tr.qd, tr.qdd, np.stack([u(t) for t in tr.t])
 
 
 def test_coulomb_switching_does_not_bias_the_fit(monkeypatch):

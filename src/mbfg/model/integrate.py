@@ -59,6 +59,7 @@ def integrate_reference(
     method: str = "DOP853",
     baumgarte: Baumgarte | None = None,
     project: bool = True,
+    restart: bool = True,
 ) -> ReferenceTrajectory:
     """Integrate the equations of motion with a classical ODE solver.
 
@@ -80,6 +81,13 @@ def integrate_reference(
         Add stabilization terms inside qddot.
     project : bool
         Project q and qdot onto the constraint manifolds after each output interval.
+    restart : bool
+        Restart the solver at every output sample, from the projected state (default).
+        False: one solver call over the whole span, sampled at the outputs, the samples
+        projected afterwards (about ten times faster over thousands of samples; the
+        constraint drift between samples is then the solver's, e.g. 5e-6 rad on a 30 s
+        four-bar recording at rtol = atol = 1e-10, and this run was the closer of the two to
+        DOP853 at rtol 1e-13: 4e-7 rad).
     """
     n = mech.n
     q = np.array(mech.q0 if q0 is None else q0, float)
@@ -97,15 +105,25 @@ def integrate_reference(
     V_out = np.empty((steps + 1, n))
     Q_out[0], V_out[0] = q, qd
     y = np.concatenate([q, qd])
-    for k in range(steps):
-        sol = solve_ivp(rhs, (ts[k], ts[k + 1]), y, method=method, rtol=rtol, atol=atol)
+    if restart:
+        for k in range(steps):
+            sol = solve_ivp(rhs, (ts[k], ts[k + 1]), y, method=method, rtol=rtol, atol=atol)
+            if not sol.success:
+                raise SolverError(f"reference integration failed at t = {ts[k]:.6g} s: "
+                                  f"{sol.message}")
+            y = sol.y[:, -1]
+            if project:
+                qq = K.solve_position(mech, y[:n], tol=1e-13 * max(1.0, np.max(np.abs(y[:n]))))
+                y = np.concatenate([qq, K.project_velocity(mech, qq, y[n:])])
+            Q_out[k + 1], V_out[k + 1] = y[:n], y[n:]
+    else:
+        sol = solve_ivp(rhs, (0.0, ts[-1]), y, method=method, rtol=rtol, atol=atol, t_eval=ts)
         if not sol.success:
-            raise SolverError(f"reference integration failed at t = {ts[k]:.6g} s: {sol.message}")
-        y = sol.y[:, -1]
+            raise SolverError(f"reference integration failed: {sol.message}")
+        Q_out, V_out = sol.y[:n].T.copy(), sol.y[n:].T.copy()
         if project:
-            qq = K.solve_position(mech, y[:n], tol=1e-13 * max(1.0, np.max(np.abs(y[:n]))))
-            y = np.concatenate([qq, K.project_velocity(mech, qq, y[n:])])
-        Q_out[k + 1], V_out[k + 1] = y[:n], y[n:]
+            Q_out = K.solve_positions_batch(mech, Q_out)[0]
+            V_out = K.project_velocities_batch(mech, Q_out, V_out)
     A_out = np.stack([forward_dynamics(mech, Q_out[i], V_out[i], force_at(ts[i]),
                                        baumgarte=baumgarte) for i in range(steps + 1)])
     return ReferenceTrajectory(t=ts, q=Q_out, qd=V_out, qdd=A_out)
