@@ -129,3 +129,12 @@ def test_cross_validation_of_a_recording_where_a_joint_sticks(sticking_pendulum)
     val = mbfg.cross_validate(case.truth, case.sensors, case.recording)
     assert val.converged, val.stats["reason"]
     assert 0.8 < val.cost < 1.25, val.cost
+
+
+def test_a_held_out_recording_that_does_not_converge_names_the_sticking_joint(sticking_pendulum):
+    from mbfg.graphs.identification import IdentificationSettings
+    case = sticking_pendulum
+    val = mbfg.cross_validate(case.truth, case.sensors, case.recording,
+                              settings=IdentificationSettings(max_iterations=2))
+    assert not val.converged
+    assert "friction[0] in recording:" in val.stats["reason"], val.stats["reason"]

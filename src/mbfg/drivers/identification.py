@@ -611,9 +611,12 @@ def cross_validate(
     if peaks is not None and not st.converged:  # that did not converge: the first fit stands
         problem, Xs, st = first_fit
     cost, c = _cost(problem, 0, Xs[0], zero, st.system)
+    reason = st.reason  # (as in identify: the dwelling Coulomb terms, on the initial states)
+    if not st.converged:
+        reason += _dwell_note(problem, [_pack(problem, rec.dt, *start)], [rec])
     seconds = time.perf_counter() - t0
     stats = Stats.of("cross-validate", seconds, rec.n_steps, iterations, st.converged,
-                     final_error=st.final_error, reason=st.reason)
+                     final_error=st.final_error, reason=reason)
     return ValidationResult(np.arange(rec.n_steps) * rec.dt, c["observations"], c["dynamics"],
                             c["readings"], cost, _states(problem, Xs[0], rec, "cross-validate"),
                             bool(st.converged), stats)
