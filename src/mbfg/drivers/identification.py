@@ -382,12 +382,12 @@ def identify(
                             Jl @ sampling @ Jl.T)
     parts = [_cost(problem, r, X, theta, st.system) for r, X in enumerate(Xs)]
     costs = np.array([c for c, _ in parts])
+    followed = loose_end[0] if loose_end is not None else Xs   # states that follow the readings
     if converged:  # (a run that did not converge says so already)
         _warn_inconsistent_fit(costs, [float(np.sum(c["readings"])) for _, c in parts])
-        _warn_unresolved_dwell(problem, loose_end[0] if loose_end is not None else Xs, recs,
-                               theta)
-    if not converged:
-        reason += _dwell_note(problem, loose_end[0] if loose_end is not None else Xs, recs)
+        _warn_unresolved_dwell(problem, followed, recs, theta)
+    else:
+        reason += _dwell_note(problem, followed, recs)
     states = tuple(_states(problem, X, rec, "identify") for X, rec in zip(Xs, recs))
     seconds = time.perf_counter() - t0
     stats = Stats.of("identify", seconds, sum(r.n_steps for r in recs), iterations,

@@ -170,6 +170,15 @@ TANH_SATURATED = 20.0
 """|s| / eps beyond which tanh(s / eps) is +-1 to double precision (1 - tanh(20) = 8e-18)."""
 
 
+def _constrained_response(mech: Mechanism, q: np.ndarray, qd: np.ndarray,
+                          g: np.ndarray) -> np.ndarray:
+    """The constrained accelerations (k, n) from unit generalized forces g (k, n) at the
+    states (q, qd): forward_dynamics is affine in the applied force, so its change from 0 to
+    g (gravity, friction and the velocity terms cancel)."""
+    from mbfg.model.dynamics import forward_dynamics
+    return forward_dynamics(mech, q, qd, g) - forward_dynamics(mech, q, qd, np.zeros_like(g))
+
+
 def coulomb_dwells(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> list:
     """Where each Coulomb term stays in its steep part over a sampled motion, and how stiff
     it is there.
@@ -195,7 +204,6 @@ def coulomb_dwells(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> list:
         ``TANH_SATURATED`` eps, the longest run of consecutive such samples, and the shortest
         time constant tau [s] at them (inf when there are none).
     """
-    from mbfg.model.dynamics import forward_dynamics
     q, qd = np.asarray(q, float), np.asarray(qd, float)
     s = sliding_rates(mech, q, qd)
     out = []
@@ -209,8 +217,7 @@ def coulomb_dwells(mech: Mechanism, q: ArrayLike, qd: ArrayLike) -> list:
         k = np.flatnonzero(steep)
         if k.size:
             g = e.rate(q[k])
-            response = (forward_dynamics(mech, q[k], qd[k], g)
-                        - forward_dynamics(mech, q[k], qd[k], np.zeros_like(g)))
+            response = _constrained_response(mech, q[k], qd[k], g)
             mobility = float(np.max(np.einsum("kn,kn->k", g, response)))   # 1 / inertia
             if mobility > 0.0:
                 tau = 1.0 / ((e.coulomb / e.width + e.viscous) * mobility)
@@ -294,7 +301,6 @@ def coulomb_step_errors(mech: Mechanism, q: ArrayLike, qd: ArrayLike, dt: float)
     out = {k: np.zeros((max(N - 1, 0), n)) for k in keys}
     if N < 2:
         return out
-    from mbfg.model.dynamics import forward_dynamics
     h = float(dt)
     for e in mech.friction_elements:
         if e.coulomb == 0.0:
@@ -316,9 +322,7 @@ def coulomb_step_errors(mech: Mechanism, q: ArrayLike, qd: ArrayLike, dt: float)
              "trapezoid_a": p1 - p0 - 0.5 * h * (dp0 + dp1),
              "trapezoid_q": h * h * I1,
              "trapezoid_v": h * (I0 - 0.5 * (p0 + p1))}
-        qk, vk = q[k], qd[k]
-        response = e.coulomb * (forward_dynamics(mech, qk, vk, g[k])
-                                - forward_dynamics(mech, qk, vk, np.zeros_like(qk)))
+        response = e.coulomb * _constrained_response(mech, q[k], qd[k], g[k])
         for key, r in R.items():
             out[key][k] -= r[:, None] * response
     return out

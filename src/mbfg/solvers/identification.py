@@ -184,7 +184,7 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
     P = _permutation(order)
     B0, B1 = c.B0 @ P, c.B1 @ P
     g = -np.matmul(c.A_x.transpose(0, 2, 1), e[:, :, None])[:, :, 0]   # (N, d)
-    pw = getattr(c, "pair_weights", None)
+    pw = c.pair_weights
     if c.e_pair.size:
         ew = c.e_pair if pw is None else c.e_pair * pw
         g[:-1] -= ew @ c.B0
@@ -198,6 +198,7 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
     pair = c.e_pair.size and N > 1
     H0, H1 = (B0.T @ B0, B1.T @ B1) if pair else (None, None)
     H01 = H0 + H1 if pair else None
+    C10 = B1.T @ B0 if pair else None   # H[(k+1) d + i, k d + j], the same for every pair
     # pairs whose rows are weighted (ChainBlocks.pair_weights): the shared blocks corrected
     # by B^T diag(w^2 - 1) B at those pairs only
     special = {}
@@ -222,7 +223,7 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
     E = _buffer(work, "E", (longest, 3 * d, d))
     E[:, d:] = 0.0
     if pair:
-        E[:, d:2 * d] = B1.T @ B0                                # H[(k+1) d + i, k d + j]
+        E[:, d:2 * d] = C10
     st = E.strides
     beyond = np.add.outer(np.arange(d), np.arange(kd + 1)) >= d  # the next step's entries
     S = np.zeros((p, p), order="F")
@@ -256,7 +257,7 @@ def _factor_chain(c, lam: float, p: int, work: dict | None = None) -> ChainFacto
         band[...] = as_strided(E, shape=(m, d, kd + 1), strides=(st[0], st[1] + st[2], st[1]))
         for t in here:  # the shared coupling back for the next chunk
             if t >= k0:
-                E[t - k0, d:2 * d] = B1.T @ B0
+                E[t - k0, d:2 * d] = C10
         if k1 == N:  # the last step couples to no next one
             band[-1][beyond] = 0.0
         if lam > 0.0:  # Marquardt: H_ii (1 + lam), unit-free
