@@ -40,10 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mbfg  # noqa: E402
 from _machine import machine_info  # noqa: E402
 from mbfg.errors import ConvergenceError  # noqa: E402
-from mbfg.estimation.particle import (_sweep_table, branch_sign, mirror_branch,  # noqa: E402
+from mbfg.estimation.particle import (branch_sign, mirror_branch,  # noqa: E402
                                       particle_filter)
 from mbfg.model.dynamics import independent_state  # noqa: E402
 from mbfg.model.integrate import independent_step, integrate_reference  # noqa: E402
+from mbfg.model.kinematics import sweep_configurations  # noqa: E402
 from mbfg.model.sensors import Gyroscope, SensorSet, wrap_angle  # noqa: E402
 from mbfg.resources import mechanism_path  # noqa: E402
 
@@ -77,7 +78,7 @@ def bound_predictions(mech, gyro, q0, n_steps):
     idx = np.array([mech.coordinate_index("theta0")])
     out = {}
     for qq in (q0, mirror_branch(mech, q0)):
-        zt, qt = _sweep_table(mech, qq, idx, span=np.pi, step=np.radians(0.5))
+        zt, qt = sweep_configurations(mech, qq, idx, span=np.pi, step=np.radians(0.5))
         zds = np.linspace(-ZD_MAX, ZD_MAX, 41)
         z = np.repeat(zt[:, None], zds.size, 0)
         zd = np.tile(zds, zt.size)[:, None]

@@ -474,6 +474,50 @@ def solve_positions_batch(
     return q, ok
 
 
+def sweep_configurations(
+    mech: Mechanism,
+    q: ArrayLike,
+    indices: ArrayLike,
+    span: float,
+    step: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Assembled configurations along one independent coordinate, by continuation from q.
+
+    Walks z = q[indices[0]] in both directions by ``step`` up to ``span``, each configuration
+    solved from its neighbour (:func:`solve_positions_batch`), so the sweep stays on the
+    assembly branch of q.  It stops where the position problem fails (the limits of a
+    non-Grashof crank).
+
+    Parameters
+    ----------
+    q : (n,) assembled configuration [m, rad]
+    indices : (1,) the independent coordinate (one degree of freedom)
+    span, step : float
+        Half-width of the sweep and its spacing, in the coordinate's units [rad or m].
+
+    Returns
+    -------
+    z : (K,) the swept values, sorted
+    q : (K, n) their configurations
+    """
+    idx = np.asarray(indices, int).ravel()
+    q = np.asarray(q, float)
+    z0 = float(q[idx[0]])
+    zs, qs = [z0], [q.copy()]
+    for sgn in (1.0, -1.0):
+        qc = q[None].copy()
+        for s in np.arange(1, int(np.ceil(span / step)) + 1):
+            zz = z0 + sgn * s * step
+            qn, ok = solve_positions_batch(mech, qc, idx, np.array([[zz]]))
+            if not ok[0]:
+                break
+            qc = qn
+            zs.append(zz)
+            qs.append(qn[0])
+    order = np.argsort(zs)
+    return np.asarray(zs)[order], np.asarray(qs)[order]
+
+
 def fit_positions_batch(
     mech: Mechanism,
     q_guess: ArrayLike,
@@ -656,5 +700,6 @@ __all__ = [
     "solve_velocity", "acceleration_rhs", "solve_acceleration", "project_velocity",
     "release_state", "branch_point",
     "point_coordinate_indices", "inverse_kinematics_point_path", "solve_positions_batch",
+    "sweep_configurations",
     "project_velocities_batch", "StateProjection"
 ]
