@@ -61,6 +61,7 @@ from mbfg.estimation.common import (applied_forces, carried_covariance, check_ga
                                     observation_jacobian, predict_readings, prepare_readings,
                                     reading_variances, sigma_points, unscented_weights,
                                     white_acceleration_noise)
+from mbfg.estimation.reacquisition import GapReacquisition
 from mbfg.model.dynamics import independent_state, manifold_jacobians
 from mbfg.model.forces import force_function
 from mbfg.model.identification import characteristic_rate
@@ -157,7 +158,7 @@ def _stopped(exc: Exception, k: int, outputs: tuple, used: np.ndarray, idx: np.n
 def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, integrator,
                 indices=None, forces=None, sensor_sigmas=None, p0=None, qc=None,
                 sigma2_acc=None, linear_position_correction=False,
-                exact_jacobian=False, gate=None, repartition=True):
+                exact_jacobian=False, gate=None, repartition=True, reacquire=True):
     t0 = time.perf_counter()
     gate = check_gate(gate)
     n_rejected = 0
@@ -171,6 +172,8 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
     order = 3 if fe else 2
     l = order * d
     P, SigP = review_noise(model, idx, dt, p0, qc, sigma2_acc, fe)
+    watch = GapReacquisition(model, sensors, per_step, sig, dt, Qfun, integrator,
+                             enabled=reacquire)
     I = np.eye(d)
     if fe:
         F = np.block([[I, dt * I, 0 * I], [0 * I, I, dt * I], [0 * I, 0 * I, I]])
@@ -207,6 +210,15 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
                 Qk = applied_forces(Qfun, tk, Qz, idx, n, 1)
                 st, z, zd, _ = independent_step(model, st.q, z, zd, st.zdd, idx, dt, Qk, integrator)
                 P = F @ P @ F.T + SigP                                       # Eq. 70
+            found = watch.observe(k, st.q[0], idx, zd[0], np.sqrt(np.diag(P)[:d]))
+            if found is not None:          # the readings resumed after a gap: restart
+                if fe:                     # a force learned elsewhere on the turn: afresh
+                    Qz = np.zeros((1, d))
+                zd = found.zd[None].copy()
+                st = independent_state(model, found.q[None], idx, zd,
+                                       applied_forces(Qfun, tk, Qz, idx, n, 1))
+                z = st.q[:, idx].copy()
+                P = review_noise(model, idx, dt, p0, qc, sigma2_acc, fe)[0]
             avail = per_step[k]
             if avail:
                 # ---- correction (Eqs. 71-75): innovation of the model's virtual sensors
@@ -269,7 +281,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
     stats = {"indices": tuple(int(i) for i in idx0), "integrator": integrator,
              "n_updates": n_updates, "exact_jacobian": bool(exact_jacobian),
              "rejected_readings": n_rejected, "partition": used, "switches": switches,
-             "failure": failure}
+             "reacquisitions": watch.log, "failure": failure}
     if fe:
         stats["force"] = force
         stats["zdd_std"] = zddstd
@@ -395,6 +407,7 @@ def ukf(
     qc: float | None = None,
     gate: float | None = None,
     repartition: bool = True,
+    reacquire: bool = True,
 ) -> EstimationResult:
     """UKF (review Sects. 4.1 and 4.4): state x = [z, zdot], 2l+1 sigma points (Eqs. 34-36,
     Cholesky square root, zeta = sqrt(l + lambda), lambda = alpha^2 (l + kappa) - l), each
@@ -416,6 +429,8 @@ def ukf(
     l = 2 * d
     Wm, Wc, zeta = unscented_weights(l, alpha, beta, kappa)
     P, SigP = review_noise(model, idx, dt, p0, qc)
+    watch = GapReacquisition(model, sensors, per_step, sig, dt, Qfun, integrator,
+                             enabled=reacquire)
     x = np.concatenate([q[0, idx], zd0])
     qbar = q[0]
     idx0 = idx                                     # the coordinates z_std reports
@@ -447,6 +462,11 @@ def ukf(
                 D = X1 - x
                 P = (Wc[:, None] * D).T @ D + SigP                           # Eq. 39
                 qbar = st1.q[0]
+            found = watch.observe(k, qbar, idx, x[d:], np.sqrt(np.diag(P)[:d]))
+            if found is not None:          # the readings resumed after a gap: restart
+                x = np.concatenate([found.q[idx], found.zd])
+                qbar = found.q
+                P = review_noise(model, idx, dt, p0, qc)[0]
             avail = per_step[k]
             if avail:
                 X = sigma_points(x, P, zeta)
@@ -493,5 +513,5 @@ def ukf(
     stats = {"indices": tuple(int(i) for i in idx0), "integrator": integrator,
              "alpha": alpha, "beta": beta, "kappa": kappa, "assembly_failures": n_fail,
              "rejected_readings": n_rejected, "partition": used, "switches": switches,
-             "failure": failure}
+             "reacquisitions": watch.log, "failure": failure}
     return filter_result("ukf", dt, out_q, out_qd, out_qdd, zstd, zdstd, t0, n_steps, stats)

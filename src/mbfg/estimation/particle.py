@@ -85,11 +85,12 @@ from mbfg.estimation.common import (applied_forces, check_gate, filter_result, i
                                     innovation, observation_jacobian, predict_readings,
                                     prepare_readings, reading_variances, systematic_resample,
                                     weighted_mean)
+from mbfg.estimation.reacquisition import GapReacquisition
 from mbfg.model.dynamics import independent_state
 from mbfg.model.forces import force_function
 from mbfg.model.identification import characteristic_rate
 from mbfg.model.integrate import independent_step
-from mbfg.model.kinematics import solve_positions_batch
+from mbfg.model.kinematics import solve_positions_batch, sweep_configurations
 from mbfg.model.partition import StatePartition
 from mbfg.model.scales import coordinate_scales
 
@@ -172,26 +173,6 @@ def mirror_branch(mech: Mechanism, q: ArrayLike, points: tuple | None = None) ->
     ix, iy = mech.point_coords[j]
     q[..., ix], q[..., iy] = rj[..., 0], rj[..., 1]
     return q
-
-
-def _sweep_table(model, q, idx, span=np.pi, step=np.radians(2.0)):
-    """Assembled configurations along z (1 DOF) from q by continuation in both directions over
-    +-span; returns sorted z (K,) and q (K, n).  Stops where the position problem fails (the
-    limits of a non-Grashof crank)."""
-    z0 = float(q[idx[0]])
-    zs, qs = [z0], [q.copy()]
-    for sgn in (1.0, -1.0):
-        qc = q[None].copy()
-        for s in np.arange(1, int(np.ceil(span / step)) + 1):
-            zz = z0 + sgn * s * step
-            qn, ok = solve_positions_batch(model, qc, idx, np.array([[zz]]))
-            if not ok[0]:
-                break
-            qc = qn
-            zs.append(zz)
-            qs.append(qn[0])
-    order = np.argsort(zs)
-    return np.asarray(zs)[order], np.asarray(qs)[order]
 
 
 def noise_scales(model: Mechanism, indices: ArrayLike) -> tuple[np.ndarray, float]:
@@ -386,6 +367,7 @@ def particle_filter(
     indices: ArrayLike | None = None,
     forces: ForceInput | None = None,
     repartition: bool = True,
+    reacquire: bool = True,
 ) -> EstimationResult:
     """Particle filter with branch inference (2015 paper, Algorithm 1, with the proposal and
     the mode-loss monitor of the module docstring).
@@ -521,6 +503,12 @@ def particle_filter(
     if init == "gaussian":
         _need(zd_std, "zd_std", wc)
     Qfun = force_function(forces, n)
+    # after a gap whose prediction spread the cloud over the turn: a global search of the
+    # state against the next readings, and a restart about it (mbfg.estimation.reacquisition;
+    # init='uniform' has its own global restart)
+    watch = GapReacquisition(model, sensors, per_step, sig, dt, Qfun,
+                             "rk4" if integrator == "rk4" else "trapezoidal",
+                             enabled=reacquire and init == "gaussian", unless_located=True)
     pts = default_branch_points(model) if branch_points is None else tuple(branch_points)
     angular = np.isin(idx, model.angle_coords)
     b0 = int(branch_sign(model, q0a, pts))
@@ -536,9 +524,9 @@ def particle_filter(
     from scipy.stats import chi2
     nis_limit = {}
 
-    def draw(M, zc, zdc, qc, branch_of_q0, rate_spread=zds0):
-        """Initial (or restart) particles: z, zd, q, ok (``rate_spread``: the rates' spread
-        of a Gaussian draw)."""
+    def draw(M, zc, zdc, qc, branch_of_q0, rate_spread=zds0, spread=None):
+        """Initial (or restart) particles: z, zd, q, ok (``rate_spread``, ``spread``: the
+        rates' and the coordinates' spread of a Gaussian draw, default zs0)."""
         if branch_init == "uniform" and branch_of_q0 is None:
             B = rng.choice(np.array([-1, 1]), size=M)
         else:
@@ -550,14 +538,14 @@ def particle_filter(
             c = float(zc[0])
             half = np.pi * float(s[0])      # a full turn (pi ell for a point coordinate)
             lo, hi = (c - half, c + half) if z_range is None else z_range
-            zt, qt = _sweep_table(model, qc, idx, span=max(abs(hi - c), abs(c - lo)),
-                                  step=np.radians(2.0) * float(s[0]))
+            zt, qt = sweep_configurations(model, qc, idx, span=max(abs(hi - c), abs(c - lo)),
+                                          step=np.radians(2.0) * float(s[0]))
             lo, hi = max(lo, zt[0]), min(hi, zt[-1])
             z = rng.uniform(lo, hi, size=(M, 1))
             zd = rng.uniform(-zmax, zmax, size=(M, 1))
             guess = qt[np.clip(np.searchsorted(zt, z[:, 0]), 0, len(zt) - 1)]
         else:
-            z = zc[None] + zs0 * rng.normal(size=(M, d))
+            z = zc[None] + (zs0 if spread is None else spread) * rng.normal(size=(M, d))
             zd = zdc[None] + rate_spread * rng.normal(size=(M, d))
             guess = np.broadcast_to(qc, (M, n))
         q, ok = solve_positions_batch(model, guess, idx, z)
@@ -618,7 +606,7 @@ def particle_filter(
                  "noise_factor": infl_t[:upto], "resamples": n_res, "restarts": tuple(restarts),
                  "population": population[:upto], "branch_points": pts, "model_branch": b0,
                  "rejected_readings": n_rejected, "switches": tuple(switches),
-                 "informed_start": informed}
+                 "informed_start": informed, "reacquisitions": watch.log}
         if true_branch is not None:
             tb = int(np.sign(true_branch))
             stats["branch_probability"] = p_plus[:upto] if tb > 0 else 1.0 - p_plus[:upto]
@@ -630,6 +618,7 @@ def particle_filter(
         tk = k * dt
         avail = per_step[k]
         nis = None
+        found = None
         wprior = np.exp(logw - np.max(logw)) if np.isfinite(np.max(logw)) else None
         if k > 0:
             Qk = applied_forces(Qfun, tk, None, idx, n, M)
@@ -668,6 +657,18 @@ def particle_filter(
                 if wr.sum() > 0.0:
                     wr = wr / wr.sum()
                     resume_spread = np.sqrt(wr @ (zdp - wr @ zdp) ** 2)
+            if watch.enabled:
+                spread, q_ref = None, out_q[k - 1]
+                if watch.needs_spread(k) and wprior is not None:
+                    wr = np.where(np.isfinite(wprior) & okp, wprior, 0.0)
+                    if wr.sum() > 0.0:
+                        _, dzp = weighted_mean(zp, wr / wr.sum(), angular, reference=z_prev)
+                        spread = np.sqrt((wr / wr.sum()) @ (dzp * dzp))
+                        # the sweep starts from a particle: the mean of a cloud spread over
+                        # the turn, assembled about one particle, need not be a consistent
+                        # configuration (a relative angle can come out a half turn off)
+                        q_ref = qp[int(np.argmax(wr))]
+                found = watch.observe(k, q_ref, idx, zd_prev, spread)
             prop = _proposal(model, sensors, avail, sp, zdp, fp, sig, sa2k, dt) if avail else None
             if (prop is not None and gate is not None and wprior is not None
                     and not (restarts and k - restarts[-1] <= patience)):
@@ -726,13 +727,16 @@ def particle_filter(
                 adapt2 = float(np.clip(adapt2 * eps_bar ** ADAPT_RATE, 1.0, ADAPT_MAX ** 2))
             infl_t[k] = math.sqrt(adapt2)
         mx = np.max(logw)
-        lost = not np.isfinite(mx) or unexplained >= patience
-        if lost:
+        # (not while a gap's global search is pending: its outcome restarts the cloud)
+        lost = not np.isfinite(mx) or (unexplained >= patience and not watch.pending)
+        if lost and found is None:
             # a global restart (init='uniform') covers the rates densely only while the
             # mechanism is slow: beyond omega_c s it would lock onto wrong modes, so give up
             tracking = init == "uniform" and decided and bool(
                 np.any(np.abs(zd_prev) > wc * s)) if np.isfinite(wc) else decided
-            if len(restarts) >= max_restarts or k == 0 or last_good < 0 or tracking:
+        if lost or found is not None:
+            if found is None and (len(restarts) >= max_restarts or k == 0 or last_good < 0
+                                  or tracking):
                 upto = max(last_good + 1, 0)
                 exc = ConvergenceError(
                     f"pf lost the mode: from step {k - unexplained + 1 if unexplained else k} "
@@ -743,7 +747,8 @@ def particle_filter(
                     iterations=k)
                 exc.partial = result(upto, {"lost_at": k})
                 raise exc
-            restarts.append(k)
+            if found is None:
+                restarts.append(k)
             unexplained = 0
             avail = per_step[k]          # a restart doubts the cloud, not this step's readings
             Qk = applied_forces(Qfun, tk, None, idx, n, M)
@@ -763,9 +768,17 @@ def particle_filter(
             else:
                 # a local restart about the estimate; its rates spread by zds0, or by the
                 # predicted cloud's rate spread when the readings last resumed, if larger
-                # (after a gap the lost mode's rate can be off by several zds0)
-                spread = np.maximum(zds0, resume_spread)
-                z, zd, q, ok = draw(M, z_prev, zd_prev, out_q[k - 1], bmax_prev, spread)
+                # (after a gap the lost mode's rate can be off by several zds0); after a gap's
+                # global search, about the state it found, spread over the search's grid
+                # spacing (its resolution) on the branch of that state
+                if found is None:
+                    spread = np.maximum(zds0, resume_spread)
+                    z, zd, q, ok = draw(M, z_prev, zd_prev, out_q[k - 1], bmax_prev, spread)
+                else:
+                    spread, spacing = watch.spacing(idx)
+                    z, zd, q, ok = draw(M, found.q[idx], found.zd, found.q,
+                                        int(branch_sign(model, found.q, pts)), spread,
+                                        spacing)
                 st = independent_state(model, q, idx, zd, Qk)
                 logw = np.where(ok, -np.log(M), -np.inf)
                 if avail and proposal == "optimal":

@@ -1,0 +1,385 @@
+"""Finding a recursive filter's state again after a gap in the readings.
+
+Through a long gap a filter only predicts, under its model's errors.  With a rate sensor
+nothing gives the angle back when the readings return: a Kalman filter's prediction can be
+several radians off, its covariance spans more than a turn and its first updates follow the
+wrong linearization (docs/benchmarks.md, "Why the Kalman filters do not come back after the
+gap with a rate sensor").
+
+:class:`GapReacquisition` watches for that case and answers it with a global search, the
+mechanism's whole turn against the first readings after the gap:
+
+1. **Trigger.**  The readings resume after at least one step without any, and the filter's
+   predicted standard deviation of an independent coordinate exceeds
+   :data:`REACQUIRE_SPREAD` s (s its scale: 1 rad, or ell for a point coordinate), the
+   initial spread of a rough guess.  A filter that reads at every step, or every few steps,
+   never comes near it, so its results are unchanged.
+2. **Window.**  The filter goes on as before for :data:`REACQUIRE_WINDOW` / omega_c seconds
+   (omega_c = sqrt(|g| / ell), :func:`~mbfg.model.identification.characteristic_rate`).
+3. **Search** (:func:`search_state`).  Candidate states at the window's first step: the
+   configurations along the whole turn of the independent coordinate (continuation from the
+   filter's configuration, so on its assembly branch), and the filter's own.  Each has the
+   rate its first reading gives (a rate sensor: one Gauss-Newton step from rest) or, where
+   that reading does not tell the rate (an encoder), every rate of a grid over
+   [-rate_bound, rate_bound] (twice the fastest rate estimated before).  The grids' spacing
+   is :data:`GRID_SPACING` s and GRID_SPACING omega_c s.  Each candidate is integrated
+   with the filter's own model over the window and scored by the sum of its readings'
+   squared normalized residuals.  After a quarter of the window's readings only the
+   :data:`SURVIVORS` best go on, and each is refined over the whole window by a few damped
+   Gauss-Newton steps on its state at the window's start (a grid point can be half a
+   spacing off, and with precise rate sensors that alone costs more than a wrong part of
+   the turn).
+4. **Restart.**  The filter continues from the best candidate's state at the window's last
+   step: a Kalman filter with its initial covariance (errorEKF_FE also with its force
+   estimate back at zero: a force learned elsewhere on the turn is wrong here), the particle
+   filter with a fresh cloud about it (its restart's spreads).  The estimates reported inside
+   the window stay as they were: the filter stays causal.
+
+The particle filter searches only where its first reading after the gap does not locate the
+configuration (a gyroscope, not an encoder: its own local restart finds an angle that is
+read).
+
+The search is for one degree of freedom whose independent coordinate is an angle that turns
+fully (a crank: the sweep of :func:`~mbfg.model.kinematics.sweep_configurations` covers its
+whole motion).  Otherwise (several degrees of freedom, a slider or a rocker as independent
+coordinate) the filter goes on without it and says why in ``stats["reacquisitions"]``.
+``reacquire=False`` (an option of every filter) turns the search off: the filters as
+published.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from mbfg.estimation.common import (applied_forces, innovation, predict_readings,
+                                    reading_variances)
+from mbfg.model.dynamics import independent_state
+from mbfg.model.identification import characteristic_rate
+from mbfg.model.integrate import independent_step
+from mbfg.model.kinematics import solve_positions_batch, sweep_configurations
+from mbfg.model.scales import coordinate_scales
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from numpy.typing import ArrayLike
+
+    from mbfg.model.mechanism import Mechanism
+
+__all__ = ["GapReacquisition", "Reacquired", "search_state", "REACQUIRE_SPREAD",
+           "REACQUIRE_WINDOW", "GRID_SPACING", "SURVIVORS"]
+
+REACQUIRE_SPREAD = 0.25
+"""Predicted standard deviation of an independent coordinate, in units of its scale s,
+beyond which a filter whose readings resume after a gap searches its state again
+(dimensionless; the initial spread of a rough guess, as ``INITIAL_SPREAD`` of the particle
+filter and of the factor-graph settings)."""
+REACQUIRE_WINDOW = 0.25
+"""Length of the readings window the search fits, in units of 1 / omega_c (dimensionless;
+0.2 s on the review four-bar)."""
+SURVIVORS = 64
+"""Candidates that go on to the whole window after its first quarter of readings, each then
+refined by Gauss-Newton."""
+GRID_SPACING = 0.1
+"""Spacing of the search's candidates, in units of the coordinate's scale s (0.1 rad: 63
+configurations per turn) and of omega_c s for the rates (dimensionless; about the Kalman
+filters' initial standard deviation on the review four-bar, 0.087)."""
+
+
+@dataclass(frozen=True)
+class Reacquired:
+    """The outcome of :func:`search_state`.
+
+    Attributes
+    ----------
+    q : (n,) configuration at the window's last step [m, rad]
+    zd : (d,) independent rates there
+    cost : float
+        Sum of the window's squared normalized reading residuals along the best candidate.
+    candidates : int
+        Candidate states scored.
+    """
+
+    q: np.ndarray
+    zd: np.ndarray
+    cost: float
+    candidates: int
+
+
+def search_state(
+    model: Mechanism,
+    sensors: Sequence,
+    per_step: list,
+    sigmas: list,
+    q_ref: ArrayLike,
+    indices: ArrayLike,
+    start: int,
+    stop: int,
+    dt: float,
+    forces: Callable,
+    integrator: str,
+    position_step: float,
+    rate_step: float,
+    rate_bound: float,
+) -> Reacquired | str:
+    """The state that best explains the readings of steps ``start`` .. ``stop`` (inclusive),
+    searched over the whole turn of one independent coordinate.
+
+    Parameters
+    ----------
+    per_step, sigmas : the filter's readings by step and assumed sigmas
+        (:func:`~mbfg.estimation.common.prepare_readings`)
+    q_ref : (n,) an assembled configuration on the filter's branch [m, rad]
+    indices : (1,) the independent coordinate
+    forces : t -> applied forces (:func:`~mbfg.model.forces.force_function`)
+    integrator : the filter's integration rule (:func:`~mbfg.model.integrate.independent_step`)
+    position_step, rate_step : grid spacing of the candidates [rad or m, per s]
+    rate_bound : the candidates' rates span [-rate_bound, rate_bound]
+
+    Returns
+    -------
+    :class:`Reacquired`, or a str saying why there is none: the coordinate does not turn
+    fully (a rocker: the sweep by continuation would miss the configurations beyond its
+    limits), the window holds no reading, or no candidate could be integrated over it.
+    """
+    idx = np.asarray(indices, int)
+    n = model.n
+    s = float(coordinate_scales(model)[idx[0]])
+    q_ref = np.asarray(q_ref, float)
+    zt, qt = sweep_configurations(model, q_ref, idx, np.pi * s, position_step)
+    if zt[-1] - zt[0] < 2 * np.pi * s - 0.5 * position_step:
+        return "the independent coordinate does not turn fully (a rocker)"
+    zt, qt = zt[:-1], qt[:-1]                  # a full turn: drop the repeated end
+    # the filter's own configuration is a candidate too (its prediction may be right)
+    zt, qt = np.append(zt, q_ref[idx[0]]), np.vstack([qt, q_ref])
+
+    def forces_at(t, m):
+        return applied_forces(forces, t, None, idx, n, m)
+
+    read_steps = [k for k in range(start, stop + 1) if per_step[k]]
+    if not read_steps:
+        return "no reading in the window"
+    # the rate at each configuration from the first reading, where that reading tells it to
+    # within the grid's spacing (a rate sensor); elsewhere (an encoder) the grid of rates
+    fitted, pinned = _rates_from_reading(model, sensors, per_step[read_steps[0]], sigmas, qt,
+                                         idx, forces_at(start * dt, zt.size), rate_step)
+    grid = np.arange(-np.ceil(rate_bound / rate_step), np.ceil(rate_bound / rate_step) + 1)
+    grid = grid * rate_step
+    per = np.where(pinned, 1, grid.size)
+    q = np.repeat(qt, per, axis=0)
+    z = np.repeat(zt, per)[:, None]
+    zd = np.concatenate([[f] if p else grid for f, p in zip(fitted, pinned)])[:, None]
+    count = z.shape[0]
+
+    def roll(q, zd, last):
+        """The candidates (q (N, n), zd (N, 1) at ``start``) integrated to step ``last``:
+        their normalized reading residuals (N, R) (inf where one failed to assemble), the
+        state at ``last`` and its rates."""
+        z = q[:, idx].copy()
+        st = independent_state(model, q, idx, zd, forces_at(start * dt, q.shape[0]))
+        alive = np.ones(q.shape[0], bool)
+        out = []
+        for k in range(start, last + 1):
+            if k > start:
+                st, z, zd, ok = independent_step(model, st.q, z, zd, st.zdd, idx, dt,
+                                                 forces_at(k * dt, z.shape[0]), integrator)
+                alive &= ok
+            if per_step[k]:
+                h, o, ang = predict_readings(model, sensors, per_step[k], st.q, st.qd, st.qdd)
+                out.append(innovation(o, h, ang)
+                           / np.sqrt(reading_variances(sensors, per_step[k], sigmas)))
+        r = np.concatenate(out, axis=-1)
+        r[~(alive & np.all(np.isfinite(r), axis=1))] = np.inf
+        return r, st, zd
+
+    def cost_of(r):
+        return np.sum(r * r, axis=1)
+
+    if count > SURVIVORS:                 # the first quarter of the readings thins them out
+        keep = np.argsort(cost_of(roll(q, zd, read_steps[max(0, len(read_steps) // 4 - 1)])[0]))
+        q, zd = q[keep[:SURVIVORS]], zd[keep[:SURVIVORS]]
+    cost = cost_of(roll(q, zd, stop)[0])
+    if not np.isfinite(cost).any():
+        return "no candidate could be integrated over the window"
+    q, zd, cost = _refine(model, idx, q, zd, cost, roll, cost_of, position_step, rate_step, stop)
+    best = int(np.argmin(cost))
+    r, st, zd_end = roll(q[best:best + 1], zd[best:best + 1], stop)
+    return Reacquired(q=st.q[0].copy(), zd=zd_end[0].copy(), cost=float(cost[best]),
+                      candidates=count)
+
+
+def _refine(model, idx, q, zd, cost, roll, cost_of, position_step, rate_step, stop,
+            iterations=3):
+    """A few damped Gauss-Newton steps on each candidate's (z, zdot) at the window's start,
+    the Jacobian by differences of a tenth of the grid's spacing, the damping that of a
+    prior of half the spacing about the candidate (so a step stays within its cell's
+    reach); a step is kept where it lowers the cost."""
+    K = q.shape[0]
+    eps = np.array([position_step, rate_step]) / 10.0
+    damping = np.diag((2.0 / np.array([position_step, rate_step])) ** 2)
+    for _ in range(iterations):
+        qz, ok = solve_positions_batch(model, q, idx, q[:, idx] + eps[0])
+        r, _, _ = roll(np.concatenate([q, qz, q]),
+                       np.concatenate([zd, zd, zd + eps[1]]), stop)
+        r0, rz, rr = r[:K], r[K:2 * K], r[2 * K:]
+        J = np.stack([(rz - r0) / eps[0], (rr - r0) / eps[1]], axis=-1)      # (K, R, 2)
+        usable = np.all(np.isfinite(J), axis=(1, 2)) & ok
+        if not usable.any():
+            break
+        A = np.einsum("krj,kri->kji", J[usable], J[usable]) + damping
+        b = -np.einsum("krj,kr->kj", J[usable], r0[usable])
+        step = np.zeros((K, 2))
+        step[usable] = np.linalg.solve(A, b[..., None])[..., 0]
+        qn, okn = solve_positions_batch(model, q, idx, q[:, idx] + step[:, :1])
+        zdn = zd + step[:, 1:]
+        trial = cost_of(roll(qn, zdn, stop)[0])
+        better = okn & usable & (trial < cost)
+        if not better.any():
+            break
+        q[better], zd[better], cost[better] = qn[better], zdn[better], trial[better]
+    return q, zd, cost
+
+
+def _rates_from_reading(model, sensors, available, sigmas, q, indices, Q, rate_step):
+    """One Gauss-Newton step from rest for the rate at each configuration q (K, n) against
+    the readings ``available``: (K,) rates and (K,) whether the readings pin the rate to
+    within ``rate_step`` (information J^T W J rate_step^2 >= 1; J by a difference of
+    ``rate_step``, exact for a sensor linear in the rates such as a gyroscope)."""
+    rest = independent_state(model, q, indices, np.zeros((q.shape[0], 1)), Q)
+    moving = independent_state(model, q, indices, np.full((q.shape[0], 1), rate_step), Q)
+    h0, o, ang = predict_readings(model, sensors, available, rest.q, rest.qd, rest.qdd)
+    h1 = predict_readings(model, sensors, available, moving.q, moving.qd, moving.qdd)[0]
+    w = 1.0 / reading_variances(sensors, available, sigmas)
+    J = (h1 - h0) / rate_step
+    info = np.sum(w * J * J, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.sum(w * J * innovation(o, h0, ang), axis=1) / info
+    pinned = info * rate_step ** 2 >= 1.0
+    return np.where(pinned, rate, 0.0), pinned
+
+
+class GapReacquisition:
+    """A filter's watch for readings that resume after a gap it cannot bridge (module
+    docstring).
+
+    Parameters
+    ----------
+    model, sensors, per_step, sigmas, dt, forces, integrator : the filter's model, sensors,
+        readings by step and assumed sigmas (:func:`~mbfg.estimation.common.prepare_readings`),
+        step [s], applied forces and integration rule
+    enabled : False: never search (the filter as published)
+    unless_located : True: no search where the first reading after the gap locates the
+        configuration by itself (the particle filter, whose own restart finds a read angle)
+
+    The filter calls :meth:`observe` once per step, after its prediction and before its
+    update, and acts on the :class:`Reacquired` it returns.  ``log`` lists each search as a
+    dict (``start``, ``step``, ``cost``, ``candidates``, and the state found: the
+    independent ``coordinate``'s index, its value ``z`` and rate ``zd`` at ``step``), or
+    with a ``skipped`` reason where it could not run; the filters put it in
+    ``stats["reacquisitions"]``.
+    """
+
+    def __init__(self, model: Mechanism, sensors: Sequence, per_step: list, sigmas: list,
+                 dt: float, forces: Callable, integrator: str, enabled: bool = True,
+                 unless_located: bool = False) -> None:
+        self.model, self.sensors, self.per_step, self.sigmas = model, sensors, per_step, sigmas
+        self.dt, self.forces, self.integrator = dt, forces, integrator
+        self.enabled = bool(enabled)
+        self.unless_located = bool(unless_located)
+        w = characteristic_rate(model)
+        self.rate_unit = w if np.isfinite(w) else 1.0 / dt     # omega_c, 1 / dt without gravity
+        self.window = max(1, int(np.ceil(REACQUIRE_WINDOW / self.rate_unit / dt)))
+        self.scales = coordinate_scales(model)
+        self.rate_floor = REACQUIRE_SPREAD * self.rate_unit
+        self.fastest = None
+        self.start = None
+        self.log = []
+
+    @property
+    def pending(self) -> bool:
+        """A search window is open: the filter's state waits for its outcome."""
+        return self.start is not None
+
+    def needs_spread(self, k: int) -> bool:
+        """Whether :meth:`observe` at step k looks at the predicted spread (the readings
+        resume there); a filter whose spread is costly passes None at other steps."""
+        return (self.enabled and self.start is None and k > 0 and bool(self.per_step[k])
+                and not self.per_step[k - 1])
+
+    def observe(self, k: int, q: ArrayLike, indices: ArrayLike, zd: ArrayLike,
+                z_std: ArrayLike | None) -> Reacquired | None:
+        """Step k with the filter's predicted state (q (n,), its independent coordinates,
+        zd (d,), the predicted std of z (d,)); returns a :class:`Reacquired` when the filter
+        should restart from it, else None."""
+        if not self.enabled:
+            return None
+        idx = np.asarray(indices, int)
+        if self.start is None:
+            if not self.per_step[k]:
+                return None
+            if (k > 0 and not self.per_step[k - 1] and z_std is not None
+                    and np.any(z_std > REACQUIRE_SPREAD * self.scales[idx])):
+                if idx.size != 1:
+                    self.log.append({"start": k, "skipped": "more than one degree of freedom"})
+                elif int(idx[0]) not in set(int(i) for i in self.model.angle_coords):
+                    self.log.append({"start": k, "skipped": "the independent coordinate is "
+                                                            "not an angle"})
+                elif k + self.window - 1 >= len(self.per_step):
+                    self.log.append({"start": k, "skipped": "the run ends inside the window"})
+                elif self.unless_located and self._located(k, q, idx):
+                    self.log.append({"start": k, "skipped": "the readings locate the "
+                                                            "configuration"})
+                else:
+                    self.start, self.q_start = k, np.asarray(q, float).copy()
+                    return None
+            self._track(zd, idx)
+            return None
+        if k < self.start + self.window - 1:
+            return None
+        start, self.start = self.start, None
+        bound = max(2.0 * self.fastest, self.rate_floor * self.scales[idx[0]])
+        position_step, rate_step = self.spacing(idx)
+        found = search_state(self.model, self.sensors, self.per_step, self.sigmas,
+                             self.q_start, idx, start, k, self.dt, self.forces,
+                             self.integrator, position_step, rate_step, float(bound))
+        if isinstance(found, str):
+            self.log.append({"start": start, "skipped": found})
+            return None
+        self.log.append({"start": start, "step": k, "cost": found.cost,
+                         "candidates": found.candidates, "coordinate": int(idx[0]),
+                         "z": float(found.q[idx[0]]), "zd": float(found.zd[0])})
+        return found
+
+    def _located(self, k, q, idx):
+        """Whether the readings of step k alone locate the configuration (an encoder, not a
+        gyroscope): their information about z at rest, J^T W J, times the grid's spacing
+        squared is at least 1 (J by a difference of one spacing)."""
+        step = self.spacing(idx)[0]
+        q = np.asarray(q, float)[None]
+        moved, ok = solve_positions_batch(self.model, q, idx, q[:, idx] + step)
+        if not ok[0]:
+            return False
+        both = np.concatenate([q, moved])
+        rest = independent_state(self.model, both, idx, np.zeros((2, 1)),
+                                 applied_forces(self.forces, k * self.dt, None, idx,
+                                                self.model.n, 2))
+        h, o, ang = predict_readings(self.model, self.sensors, self.per_step[k], rest.q,
+                                     rest.qd, rest.qdd)
+        J = innovation(h[1], h[0:1], ang)[0] / step
+        w = 1.0 / reading_variances(self.sensors, self.per_step[k], self.sigmas)
+        return float(np.sum(w * J * J)) * step * step >= 1.0
+
+    def spacing(self, indices: ArrayLike) -> tuple[float, float]:
+        """The search grid's spacing on coordinate indices[0]: GRID_SPACING s and
+        GRID_SPACING omega_c s [rad or m, per s]."""
+        s = float(self.scales[np.asarray(indices, int).ravel()[0]])
+        return GRID_SPACING * s, GRID_SPACING * self.rate_unit * s
+
+    def _track(self, zd, idx):
+        """The fastest rate the filter has predicted at a step with readings outside a
+        search window (the search's rates span twice it)."""
+        if idx.size == 1:
+            v = float(np.max(np.abs(zd)))
+            self.fastest = v if self.fastest is None else max(self.fastest, v)
