@@ -268,7 +268,7 @@ class WatchedMechanism:
         The estimator's model: the prototype with gravity ``gravity_factor`` times its own.
     sensors : SensorSet
         A marker on every moving point (sigma 3e-3 ell) and a gyroscope on body 0 (sigma
-        1e-2 omega_c).
+        1e-2 omega_c), or the gyroscope alone.
     readings : list of Readings
         Noisy readings at every step, without those inside the gap if one was asked for.
     truth : ReferenceSolution
@@ -301,7 +301,8 @@ class WatchedMechanism:
 
 def watched_mechanism(family: str, seed: int, *, length: float, mass: float,
                       span: float = 6.0, noise_seed: int = 5,
-                      gravity_factor: float = 0.9) -> WatchedMechanism:
+                      gravity_factor: float = 0.9,
+                      gyroscope_only: bool = False) -> WatchedMechanism:
     """A generated mechanism released from rest and watched by sensors, for estimation tests
     and benchmarks on mechanisms nobody tuned on.
 
@@ -309,7 +310,8 @@ def watched_mechanism(family: str, seed: int, *, length: float, mass: float,
     runs over ``span`` / omega_c at dt = 0.02 / omega_c (a gap in the readings:
     :meth:`WatchedMechanism.readings_with_gap`).  Readings are drawn with ``noise_seed``; the
     model's gravity is ``gravity_factor`` times the prototype's (a weight error to
-    estimate)."""
+    estimate).  ``gyroscope_only``: the gyroscope on body 0 is the only sensor (a rate
+    sensor, which gives no angle back after a gap)."""
     import dataclasses
 
     from mbfg.model.integrate import integrate_reference
@@ -322,7 +324,8 @@ def watched_mechanism(family: str, seed: int, *, length: float, mass: float,
     truth = integrate_reference(proto, span / wc, dt, rtol=1e-10, atol=1e-10 * ell)
     pc = np.asarray(proto.point_coords, int)
     moving = [i for i in range(pc.shape[0]) if np.all(pc[i] >= 0)]
-    sensors = SensorSet([Marker(point=p, sigma=3e-3 * ell) for p in moving]
+    sensors = SensorSet(([] if gyroscope_only else
+                         [Marker(point=p, sigma=3e-3 * ell) for p in moving])
                         + [Gyroscope(body=0, sigma=1e-2 * wc)])
     readings = sensors.synthesize(proto, truth.t, truth.q, truth.qd, truth.qdd,
                                   rng=np.random.default_rng(noise_seed))

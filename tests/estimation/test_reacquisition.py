@@ -15,7 +15,7 @@ from mbfg.model import constraints as C
 from mbfg.model.integrate import integrate_reference
 from mbfg.model.kinematics import sweep_configurations
 from mbfg.model.scales import constraint_scales
-from mbfg.model.sensors import Gyroscope, SensorSet, without_readings, wrap_angle
+from mbfg.model.sensors import without_readings, wrap_angle
 from mbfg.testing import watched_mechanism
 
 GAP = (2.0, 4.0)    # no reading over this span, in units of 1 / omega_c
@@ -23,13 +23,10 @@ LATE = 5.0          # the late error is measured from here to the end (6 / omega
 
 
 def _gyro_case(family, length, mass):
-    """(watched mechanism, gyroscope-only sensors, readings, readings with the gap)."""
-    w = watched_mechanism(family, 31, length=length, mass=mass, span=6.0)
-    sensors = SensorSet([Gyroscope(body=0, sigma=1e-2 * w.omega_c)])
-    readings = sensors.synthesize(w.proto, w.truth.t, w.truth.q, w.truth.qd, w.truth.qdd,
-                                  rng=np.random.default_rng(5))
-    tw = np.arange(len(w.truth.t)) * w.dt * w.omega_c
-    return w, sensors, readings, without_readings(readings, (tw >= GAP[0]) & (tw < GAP[1]))
+    """(watched mechanism read by a gyroscope alone, its sensors, readings, readings with
+    the gap)."""
+    w = watched_mechanism(family, 31, length=length, mass=mass, gyroscope_only=True)
+    return w, w.sensors, w.readings, w.readings_with_gap(*GAP)
 
 
 def _run(w, sensors, readings, method, **options):

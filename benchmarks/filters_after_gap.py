@@ -1,0 +1,103 @@
+"""The recursive filters after a gap in a rate sensor's readings, on generated mechanisms at
+two scales (issue 14 item 2; mbfg.estimation.reacquisition).
+
+Each one-degree-of-freedom family of :func:`mbfg.testing.random_mechanism` (``--seed``, 31 by
+default) is the prototype, at 1 cm / 1 g and at 4 m / 200 kg, as
+:func:`mbfg.testing.watched_mechanism` makes it (released from rest, DOP853, dt =
+0.02 / omega_c, 6 / omega_c long, the estimator's model with gravity 10 % weak), read by one
+gyroscope on body 0 (sigma 1e-2 omega_c, noise seed 5) and nothing else.  No reading over
+[2, 4] / omega_c.  Printed per family and filter: the point coordinates' RMSE over the
+mechanism's length over [5, 6] / omega_c, without the gap, with the gap and the search off
+(``reacquire=False``, the filters as published) and with it (the default), then what the
+search did (the error of the state it found against the truth, or why it did not run).
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/filters_after_gap.py [--seed 31]
+        [--families crank-rocker ...] [--estimators ekf ukf ...] [--scales 0.01:0.001 4:200]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import mbfg
+from mbfg.model.sensors import wrap_angle
+from mbfg.testing import FAMILIES, FAMILY_DOF, watched_mechanism
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import machine_info  # noqa: E402
+
+GAP = (2.0, 4.0)     # in units of 1 / omega_c
+LATE = 5.0           # the RMSE from here to the end (6 / omega_c)
+ESTIMATORS = ("ekf", "ekf_fe", "ukf", "dekf", "pf")
+
+
+def case(family, seed, length, mass):
+    """(watched mechanism read by a gyroscope alone, its sensors, readings, readings with
+    the gap)."""
+    w = watched_mechanism(family, seed, length=length, mass=mass, gyroscope_only=True)
+    return w, w.sensors, w.readings, w.readings_with_gap(*GAP)
+
+
+def late_error(w, sensors, readings, method, **options):
+    """(RMSE / ell over the late span, the result) or (the error's name, None)."""
+    try:
+        res = mbfg.estimate(w.model, sensors, readings, w.dt, len(w.truth.t), method=method,
+                            q0=w.proto.q0, qd0=np.zeros(w.proto.n), **options)
+    except mbfg.MbfgError as exc:
+        return type(exc).__name__, None
+    late = slice(int(round(LATE / (w.omega_c * w.dt))), None)
+    err = res.q[late][:, w.points] - w.truth.q[late][:, w.points]
+    return f"{np.sqrt(np.mean(err ** 2)) / w.ell:.2e}", res
+
+
+def search_cell(w, res):
+    """What the search did: the found state's error (angle [rad], rate [omega_c]) or why it
+    did not run."""
+    if res is None:
+        return "-"
+    out = []
+    for entry in res.stats.extra.get("reacquisitions", []):
+        if "skipped" in entry:
+            out.append(f"skipped: {entry['skipped']}")
+        else:
+            k, j = entry["step"], entry["coordinate"]
+            out.append(f"found {wrap_angle(entry['z'] - w.truth.q[k, j]):+.3f} rad, "
+                       f"{(entry['zd'] - w.truth.qd[k, j]) / w.omega_c:+.3f} ω_c")
+    return "; ".join(out) or "not triggered"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=31, help="the generator's seed")
+    ap.add_argument("--families", nargs="+",
+                    default=[f for f in FAMILIES if FAMILY_DOF[f] == 1 and not f.startswith("chain")])
+    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS))
+    ap.add_argument("--scales", nargs="+", default=["0.01:0.001", "4:200"],
+                    metavar="LENGTH:MASS")
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    print(f"Machine: {machine_info()}\n")
+    print(f"Generated mechanisms, seed {args.seed}, a gyroscope on body 0 only; no reading over "
+          f"[{GAP[0]:g}, {GAP[1]:g}] / omega_c; point-coordinate RMSE / ell over "
+          f"[{LATE:g}, 6] / omega_c.\n")
+    print("| family | scale | filter | without gap | gap, no search | gap, search | "
+          "the search |")
+    print("|---|---|---|---|---|---|---|")
+    for family in args.families:
+        for scale in args.scales:
+            length, mass = (float(x) for x in scale.split(":"))
+            w, sensors, readings, gapped = case(family, args.seed, length, mass)
+            for name in args.estimators:
+                free = late_error(w, sensors, readings, name)[0]
+                plain = late_error(w, sensors, gapped, name, reacquire=False)[0]
+                found, res = late_error(w, sensors, gapped, name)
+                print(f"| {family} | {length:g} m, {mass:g} kg | {name} | {free} | {plain} | "
+                      f"{found} | {search_cell(w, res)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
