@@ -9,7 +9,8 @@ gyroscope on body 0 (sigma 1e-2 omega_c, noise seed 5) and nothing else.  No rea
 [2, 4] / omega_c.  Printed per family and filter: the point coordinates' RMSE over the
 mechanism's length over [5, 6] / omega_c, without the gap, with the gap and the search off
 (``reacquire=False``, the filters as published) and with it (the default), then what the
-search did (the error of the state it found against the truth, or why it did not run).
+search did (the error of the state it found against the truth, and whether the filter
+restarted from it or kept its own state, or why it did not run).
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/filters_after_gap.py [--seed 31]
         [--families crank-rocker ...] [--estimators ekf ukf ...] [--scales 0.01:0.001 4:200]
@@ -66,7 +67,8 @@ def search_cell(w, res):
         else:
             k, j = entry["step"], entry["coordinate"]
             out.append(f"found {wrap_angle(entry['z'] - w.truth.q[k, j]):+.3f} rad, "
-                       f"{(entry['zd'] - w.truth.qd[k, j]) / w.omega_c:+.3f} ω_c")
+                       f"{(entry['zd'] - w.truth.qd[k, j]) / w.omega_c:+.3f} ω_c, "
+                       + ("restarted" if entry["restarted"] else "kept its own"))
     return "; ".join(out) or "not triggered"
 
 
