@@ -320,7 +320,11 @@ def ekf(
     to F, from the exact dynamics Jacobians), ``gate`` (None: every reading is used; a
     probability such as 0.9999: innovation gating, a sensor's reading whose normalized
     innovation squared exceeds that chi-square quantile is rejected as an outlier,
-    :func:`mbfg.estimation.common.gate`; ``stats["rejected_readings"]`` counts them).
+    :func:`mbfg.estimation.common.gate`; ``stats["rejected_readings"]`` counts them),
+    ``reacquire`` (True: when the readings resume after a gap with the predicted spread beyond
+    a quarter of the coordinate's scale, search the crank's turn against the next readings
+    and restart where the filter has lost it, :mod:`mbfg.estimation.reacquisition`;
+    ``stats["reacquisitions"]``; False: the filter as published).
     ``seed`` is unused (deterministic filter)."""
     return _ekf_family("ekf", model, sensors, readings, dt, n_steps, q0=q0, qd0=qd0, fe=False,
                        integrator=integrator, gate=gate, **options)
@@ -415,8 +419,8 @@ def ukf(
     review's benchmark); predicted mean and covariance Eqs. 38-39 plus the van Loan plant
     noise; update Eqs. 40-44 with sigma points redrawn from (x^-, P^-) and assembled by a
     batched position problem.  Angular readings are averaged as residuals about the central
-    sigma point's.  ``gate``: innovation gating probability, ``p0``, ``qc`` and
-    ``repartition`` as :func:`ekf`.  ``seed`` is unused."""
+    sigma point's.  ``gate``: innovation gating probability, ``p0``, ``qc``,
+    ``repartition`` and ``reacquire`` as :func:`ekf`.  ``seed`` is unused."""
     t0 = time.perf_counter()
     gate = check_gate(gate)
     n_rejected = 0

@@ -436,6 +436,13 @@ def particle_filter(
         filters; ``stats["switches"]``), with ``init="gaussian"`` and the default noise and
         spreads only (those are set per coordinate from its scale).  ``z_std``/``zd_std``
         of the result stay on the first set, ``stats["indices"]``.  Default True.
+    reacquire : bool
+        With ``init="gaussian"``: when the readings resume after a gap over which the cloud
+        spread beyond a quarter of the coordinate's scale, and they do not locate the
+        configuration by themselves (a gyroscope), search the crank's turn against the next
+        readings and restart the cloud about the state found where the estimate is more
+        than that spread from it (:mod:`mbfg.estimation.reacquisition`;
+        ``stats["reacquisitions"]``).  Default True.
 
     Returns
     -------
