@@ -33,7 +33,10 @@ mechanism's whole turn against the first readings after the gap:
    REACQUIRE_SPREAD s (and REACQUIRE_SPREAD omega_c s in rate) of the best candidate's, it
    has not lost the crank and goes on as it was: its estimate rests on all its readings,
    the search's on the window's alone, which the model's errors bias (by 0.1-0.2 rad on
-   some generated mechanisms with gravity 10 % weak).  Otherwise it continues from the best
+   some generated mechanisms with gravity 10 % weak).  So it does where the candidate
+   started at its own configuration ends in another part of the turn that explains the
+   window about as well as the best (:data:`TIE_LEVEL`): some mechanisms' readings fit a
+   second part of the turn as well (a generated quick-return, half a turn away).  Otherwise it continues from the best
    candidate's state: a Kalman filter with its initial covariance (errorEKF_FE also with its force
    estimate back at zero: a force learned elsewhere on the turn is wrong here), the particle
    filter with a fresh cloud about it (its restart's spreads).  The estimates reported inside
@@ -73,7 +76,7 @@ if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
 
 __all__ = ["GapReacquisition", "Reacquired", "search_state", "REACQUIRE_SPREAD",
-           "REACQUIRE_WINDOW", "GRID_SPACING", "SURVIVORS"]
+           "REACQUIRE_WINDOW", "GRID_SPACING", "TIE_LEVEL", "SURVIVORS"]
 
 REACQUIRE_SPREAD = 0.25
 """Predicted standard deviation of an independent coordinate, in units of its scale s,
@@ -83,6 +86,10 @@ filter and of the factor-graph settings)."""
 REACQUIRE_WINDOW = 0.25
 """Length of the readings window the search fits, in units of 1 / omega_c (dimensionless;
 0.2 s on the review four-bar)."""
+TIE_LEVEL = 1e-4
+"""A search's best state replaces the filter's only where the best candidate started at the
+filter's own configuration costs more than the chi-square quantile of 1 - TIE_LEVEL (two
+parameters) above it (dimensionless)."""
 SURVIVORS = 64
 """Candidates that go on to the whole window after its first quarter of readings, each then
 refined by Gauss-Newton."""
@@ -104,12 +111,20 @@ class Reacquired:
         Sum of the window's squared normalized reading residuals along the best candidate.
     candidates : int
         Candidate states scored.
+    own_cost : float
+        The same cost of the best candidate started at the filter's own configuration (inf
+        where it did not survive the first quarter of the readings).
+    own_apart : bool
+        That candidate ended, after its refinement, more than REACQUIRE_SPREAD s from the
+        best at the window's start (another part of the turn, not the same optimum).
     """
 
     q: np.ndarray
     zd: np.ndarray
     cost: float
     candidates: int
+    own_cost: float = np.inf
+    own_apart: bool = False
 
 
 def search_state(
@@ -172,6 +187,7 @@ def search_state(
     grid = np.arange(-np.ceil(rate_bound / rate_step), np.ceil(rate_bound / rate_step) + 1)
     grid = grid * rate_step
     per = np.where(pinned, 1, grid.size)
+    own = np.repeat(np.arange(zt.size) == zt.size - 1, per)
     q = np.repeat(qt, per, axis=0)
     z = np.repeat(zt, per)[:, None]
     zd = np.concatenate([[f] if p else grid for f, p in zip(fitted, pinned)])[:, None]
@@ -203,15 +219,17 @@ def search_state(
 
     if count > SURVIVORS:                 # the first quarter of the readings thins them out
         keep = np.argsort(cost_of(roll(q, zd, read_steps[max(0, len(read_steps) // 4 - 1)])[0]))
-        q, zd = q[keep[:SURVIVORS]], zd[keep[:SURVIVORS]]
+        q, zd, own = q[keep[:SURVIVORS]], zd[keep[:SURVIVORS]], own[keep[:SURVIVORS]]
     cost = cost_of(roll(q, zd, stop)[0])
     if not np.isfinite(cost).any():
         return "no candidate could be integrated over the window"
     q, zd, cost = _refine(model, idx, q, zd, cost, roll, cost_of, position_step, rate_step, stop)
     best = int(np.argmin(cost))
     r, st, zd_end = roll(q[best:best + 1], zd[best:best + 1], stop)
+    mine = int(np.flatnonzero(own)[np.argmin(cost[own])]) if own.any() else best
+    apart = abs(float(wrap_angle(q[mine, idx[0]] - q[best, idx[0]]))) > REACQUIRE_SPREAD * s
     return Reacquired(q=st.q[0].copy(), zd=zd_end[0].copy(), cost=float(cost[best]),
-                      candidates=count)
+                      candidates=count, own_cost=float(cost[mine]), own_apart=apart)
 
 
 def _refine(model, idx, q, zd, cost, roll, cost_of, position_step, rate_step, stop,
@@ -362,6 +380,14 @@ class GapReacquisition:
                 <= REACQUIRE_SPREAD * s
                 and abs(float(np.ravel(zd)[0] - found.zd[0]))
                 <= REACQUIRE_SPREAD * self.rate_unit * s)
+        # nor where the state started at the filter's own configuration explains the window
+        # as well, to within the chi-square quantile of 1 - TIE_LEVEL for two parameters (a
+        # mechanism whose readings fit a second part of the turn as well: the filter's own
+        # history decides)
+        from scipy.stats import chi2
+        near = near or (found.own_apart
+                        and found.own_cost - found.cost <= chi2.isf(TIE_LEVEL, 2))
+        entry["own_cost"] = found.own_cost
         entry["restarted"] = not near
         self.log.append(entry)
         return None if near else found
