@@ -657,25 +657,23 @@ def particle_filter(
             sa2k = adapt2 * (sa2[None] + (0.0 if sigma_a is not None
                                                 else (model_error * f0) ** 2))
             sa2k = np.broadcast_to(sa2k, (M, d))
+            spread, q_ref = None, out_q[k - 1]
             if avail and not per_step[k - 1] and wprior is not None:
                 # readings resume after steps without any: the predicted cloud's rate spread
-                # (large after a gap) is what a restart must cover
+                # (large after a gap) is what a restart must cover, and its spread in z tells
+                # the gap search whether the cloud may have lost the crank
                 wr = np.where(np.isfinite(wprior) & okp, wprior, 0.0)
                 if wr.sum() > 0.0:
                     wr = wr / wr.sum()
                     resume_spread = np.sqrt(wr @ (zdp - wr @ zdp) ** 2)
-            if watch.enabled:
-                spread, q_ref = None, out_q[k - 1]
-                if watch.needs_spread(k) and wprior is not None:
-                    wr = np.where(np.isfinite(wprior) & okp, wprior, 0.0)
-                    if wr.sum() > 0.0:
-                        _, dzp = weighted_mean(zp, wr / wr.sum(), angular, reference=z_prev)
-                        spread = np.sqrt((wr / wr.sum()) @ (dzp * dzp))
+                    if watch.needs_spread(k):
+                        _, dzp = weighted_mean(zp, wr, angular, reference=z_prev)
+                        spread = np.sqrt(wr @ (dzp * dzp))
                         # the sweep starts from a particle: the mean of a cloud spread over
                         # the turn, assembled about one particle, need not be a consistent
                         # configuration (a relative angle can come out a half turn off)
                         q_ref = qp[int(np.argmax(wr))]
-                found = watch.observe(k, q_ref, idx, zd_prev, spread)
+            found = watch.observe(k, q_ref, idx, zd_prev, spread)
             prop = _proposal(model, sensors, avail, sp, zdp, fp, sig, sa2k, dt) if avail else None
             if (prop is not None and gate is not None and wprior is not None
                     and not (restarts and k - restarts[-1] <= patience)):

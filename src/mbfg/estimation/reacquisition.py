@@ -341,7 +341,7 @@ class GapReacquisition:
         if self.start is None:
             if not self.per_step[k]:
                 return None
-            if (k > 0 and not self.per_step[k - 1] and z_std is not None
+            if (self.needs_spread(k) and z_std is not None
                     and np.any(z_std > REACQUIRE_SPREAD * self.scales[idx])):
                 if idx.size != 1:
                     self.log.append({"start": k, "skipped": "more than one degree of freedom"})
