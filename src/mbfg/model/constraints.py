@@ -99,6 +99,19 @@ def _angle_terms(mech, q2):
     return d[..., 0], d[..., 1], np.sin(th), np.cos(th)
 
 
+def angle_orientation(mech: Mechanism, q: ArrayLike) -> np.ndarray:
+    """Cosine between each angle coordinate's body vector d (its two points) and the
+    direction (cos theta, sin theta), shape (..., a).  The angle constraint
+    d_x sin theta - d_y cos theta = 0 (Eq. 24a's angle row) holds for d along theta (+1) and
+    against it (-1); only the orientation of the mechanism's own assembly ``mech.q0`` is the
+    body's angle, the other is a spurious root a Newton solve can reach from far away."""
+    q2, lead = _flat(mech, q)
+    dx, dy, s, c = _angle_terms(mech, q2)
+    with np.errstate(all="ignore"):
+        out = (dx * c + dy * s) / np.hypot(dx, dy)
+    return out.reshape(lead + (mech.angle_coords.size,))
+
+
 def _angle_rows(mech):
     """Row index of every angle constraint, (a,)."""
     return mech.m_quadratic + np.arange(mech.angle_coords.size)
@@ -518,6 +531,6 @@ __all__ = [
     "constraint_hessian", "hessian_weighted_sum", "velocity_constraints", "acceleration_bias",
     "acceleration_bias_jacobian", "acceleration_constraints", "independent_rows", "take_rows",
     "solve_jacobian", "acceleration_constraints_jacobian", "sparse_kernels", "sparse_solves",
-    "given_per_state",
+    "given_per_state", "angle_orientation",
     "StateConstraints"
 ]

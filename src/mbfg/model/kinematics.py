@@ -442,7 +442,53 @@ def solve_positions_batch(
     q = np.array(q_guess, dtype=float, ndmin=2)
     idx = np.asarray(fixed_indices, int).ravel()
     if idx.size:
+        guess = q.copy()
         q[:, idx] = np.broadcast_to(np.asarray(fixed_values, float), (q.shape[0], idx.size))
+    q, ok = _newton_positions(mech, q, idx, tol, max_iter)
+    if idx.size and mech.angle_coords.size:
+        # a held angle moved beyond a quarter turn from the guess's can pull a body's points
+        # onto the spurious root of its angle row (the body half a turn against its angle):
+        # such a jump is taken again by continuation, in steps of at most ANGLE_STAGE
+        held = np.isin(idx, mech.angle_coords)
+        if held.any():
+            far = np.max(np.abs(q[:, idx[held]] - guess[:, idx[held]]), axis=1) > np.pi / 2
+            rows = np.flatnonzero(far & ok)
+            if rows.size:
+                rows = rows[_flipped(mech, q[rows]) & ~_flipped(mech, guess[rows])]
+            if rows.size:
+                q[rows], ok[rows] = _positions_by_continuation(mech, guess[rows], idx,
+                                                               q[rows][:, idx], tol, max_iter)
+    return q, ok
+
+
+ANGLE_STAGE = np.pi / 4
+"""Largest change of a held angle per stage of the position solve's continuation [rad]."""
+
+
+def _flipped(mech, q):
+    """(N,) whether a configuration has a body against its angle coordinate, where the
+    mechanism's own assembly q0 has it along (:func:`~mbfg.model.constraints.angle_orientation`)."""
+    own = np.sign(C.angle_orientation(mech, np.asarray(mech.q0, float)))
+    return np.any(C.angle_orientation(mech, q) * own < 0, axis=-1)
+
+
+def _positions_by_continuation(mech, guess, idx, target, tol, max_iter):
+    """The position problem from ``guess`` (N, n) with coordinates ``idx`` moved to
+    ``target`` (N, k) in equal stages, none changing a held angle by more than ANGLE_STAGE,
+    each solved from the last; a configuration still against its angle fails."""
+    held = np.isin(idx, mech.angle_coords)
+    jump = np.abs(target - guess[:, idx])[:, held]
+    stages = max(1, int(np.ceil(np.max(jump, initial=0.0) / ANGLE_STAGE)))
+    q = guess.copy()
+    for j in range(1, stages + 1):
+        q[:, idx] = guess[:, idx] + (j / stages) * (target - guess[:, idx])
+        q, ok = _newton_positions(mech, q, idx, tol, max_iter)
+    return q, ok & ~_flipped(mech, q)
+
+
+def _newton_positions(mech, q, idx, tol, max_iter):
+    """Batched Newton on the free coordinates of q (N, n), its coordinates idx held
+    (:func:`solve_positions_batch`); (q, converged)."""
     free = np.setdiff1d(np.arange(mech.n), idx)
     s_free = coordinate_scales(mech)[free]
     with np.errstate(all="ignore"):
