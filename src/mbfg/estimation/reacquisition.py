@@ -199,19 +199,24 @@ def search_state(
         state at ``last`` and its rates."""
         z = q[:, idx].copy()
         st = independent_state(model, q, idx, zd, forces_at(start * dt, q.shape[0]))
-        alive = np.ones(q.shape[0], bool)
+        alive = np.arange(q.shape[0])       # a candidate that failed is integrated no more
         out = []
         for k in range(start, last + 1):
-            if k > start:
+            if k > start and alive.size:
                 st, z, zd, ok = independent_step(model, st.q, z, zd, st.zdd, idx, dt,
                                                  forces_at(k * dt, z.shape[0]), integrator)
-                alive &= ok
+                if not ok.all():
+                    alive, st, z, zd = alive[ok], st.select(ok), z[ok], zd[ok]
             if per_step[k]:
-                h, o, ang = predict_readings(model, sensors, per_step[k], st.q, st.qd, st.qdd)
-                out.append(innovation(o, h, ang)
-                           / np.sqrt(reading_variances(sensors, per_step[k], sigmas)))
+                variances = reading_variances(sensors, per_step[k], sigmas)
+                r = np.full((q.shape[0], variances.size), np.inf)
+                if alive.size:
+                    h, o, ang = predict_readings(model, sensors, per_step[k], st.q, st.qd,
+                                                 st.qdd)
+                    r[alive] = innovation(o, h, ang) / np.sqrt(variances)
+                out.append(r)
         r = np.concatenate(out, axis=-1)
-        r[~(alive & np.all(np.isfinite(r), axis=1))] = np.inf
+        r[~np.all(np.isfinite(r), axis=1)] = np.inf
         return r, st, zd
 
     def cost_of(r):
@@ -361,11 +366,14 @@ class GapReacquisition:
         if k < self.start + self.window - 1:
             return None
         start, self.start = self.start, None
-        bound = max(2.0 * self.fastest, self.rate_floor * self.scales[idx[0]])
+        bound = max(2.0 * self.fastest, self.rate_floor) * self.scales[idx[0]]
         position_step, rate_step = self.spacing(idx)
-        found = search_state(self.model, self.sensors, self.per_step, self.sigmas,
-                             self.q_start, idx, start, k, self.dt, self.forces,
-                             self.integrator, position_step, rate_step, float(bound))
+        try:
+            found = search_state(self.model, self.sensors, self.per_step, self.sigmas,
+                                 self.q_start, idx, start, k, self.dt, self.forces,
+                                 self.integrator, position_step, rate_step, float(bound))
+        except np.linalg.LinAlgError as exc:   # the filter goes on; the search says why
+            found = f"a candidate met a singular configuration ({exc})"
         if isinstance(found, str):
             self.log.append({"start": start, "skipped": found})
             return None
@@ -419,7 +427,8 @@ class GapReacquisition:
 
     def _track(self, zd, idx):
         """The fastest rate the filter has predicted at a step with readings outside a
-        search window (the search's rates span twice it)."""
+        search window, in units of its coordinate's scale (its coordinates can change on the
+        way, from a point's to an angle's; the search's rates span twice it)."""
         if idx.size == 1:
-            v = float(np.max(np.abs(zd)))
+            v = float(np.max(np.abs(zd))) / float(self.scales[idx[0]])
             self.fastest = v if self.fastest is None else max(self.fastest, v)
