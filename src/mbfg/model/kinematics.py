@@ -463,6 +463,8 @@ def solve_positions_batch(
 
 ANGLE_STAGE = np.pi / 4
 """Largest change of a held angle per stage of the position solve's continuation [rad]."""
+CONTINUATION_STAGES = 16
+"""Most stages of that continuation (two turns); a larger jump fails."""
 
 
 def _flipped(mech, q):
@@ -475,10 +477,15 @@ def _flipped(mech, q):
 def _positions_by_continuation(mech, guess, idx, target, tol, max_iter):
     """The position problem from ``guess`` (N, n) with coordinates ``idx`` moved to
     ``target`` (N, k) in equal stages, none changing a held angle by more than ANGLE_STAGE,
-    each solved from the last; a configuration still against its angle fails."""
+    each solved from the last; a configuration still against its angle fails, and so does
+    every one where a held angle jumps more than CONTINUATION_STAGES stages."""
     held = np.isin(idx, mech.angle_coords)
-    jump = np.abs(target - guess[:, idx])[:, held]
-    stages = max(1, int(np.ceil(np.max(jump, initial=0.0) / ANGLE_STAGE)))
+    jump = float(np.max(np.abs(target - guess[:, idx])[:, held], initial=0.0))
+    if not jump <= CONTINUATION_STAGES * ANGLE_STAGE:    # beyond two turns, or not finite
+        q = guess.copy()
+        q[:, idx] = target
+        return q, np.zeros(q.shape[0], bool)
+    stages = max(1, int(np.ceil(jump / ANGLE_STAGE)))
     q = guess.copy()
     for j in range(1, stages + 1):
         q[:, idx] = guess[:, idx] + (j / stages) * (target - guess[:, idx])
