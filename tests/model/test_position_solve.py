@@ -60,11 +60,12 @@ def test_a_held_angle_beyond_two_turns_or_not_finite_is_refused_not_walked():
     """A diverged filter's sigma points can ask for an angle 1e6 rad away, or NaN.  The
     solve does not walk a million continuation stages: NaN fails, and a jump beyond two
     turns either lands with the body along its angle directly or fails (-5 pi lands half a
-    turn off, against the angle, so it fails)."""
+    turn off, against the angle, so it fails); a far jump within two turns in the same batch
+    is still taken by continuation."""
     model = review_fourbar()[1]
     k = int(model.angle_coords[0])
     q0 = np.asarray(model.q0, float)
-    targets = q0[k] + np.array([[1e6], [np.nan], [-5 * np.pi]])
-    q, ok = solve_positions_batch(model, np.broadcast_to(q0, (3, model.n)), [k], targets)
-    assert not ok[1] and not ok[2]
+    targets = q0[k] + np.array([[1e6], [np.nan], [-5 * np.pi], [2.6]])
+    q, ok = solve_positions_batch(model, np.broadcast_to(q0, (4, model.n)), [k], targets)
+    assert not ok[1] and not ok[2] and ok[3]
     np.testing.assert_allclose(C.angle_orientation(model, q[ok]), 1.0, atol=1e-9)

@@ -480,17 +480,20 @@ def _positions_by_continuation(mech, guess, idx, target, tol, max_iter):
     each solved from the last; a configuration still against its angle fails, and so does
     every one where a held angle jumps more than CONTINUATION_STAGES stages."""
     held = np.isin(idx, mech.angle_coords)
-    jump = float(np.max(np.abs(target - guess[:, idx])[:, held], initial=0.0))
-    if not jump <= CONTINUATION_STAGES * ANGLE_STAGE:    # beyond two turns, or not finite
-        q = guess.copy()
-        q[:, idx] = target
-        return q, np.zeros(q.shape[0], bool)
-    stages = max(1, int(np.ceil(jump / ANGLE_STAGE)))
+    jump = np.max(np.abs(target - guess[:, idx])[:, held], axis=1, initial=0.0)
     q = guess.copy()
-    for j in range(1, stages + 1):
-        q[:, idx] = guess[:, idx] + (j / stages) * (target - guess[:, idx])
-        q, ok = _newton_positions(mech, q, idx, tol, max_iter)
-    return q, ok & ~_flipped(mech, q)
+    q[:, idx] = target
+    ok = np.zeros(q.shape[0], bool)
+    walk = jump <= CONTINUATION_STAGES * ANGLE_STAGE      # not beyond two turns, finite
+    if walk.any():
+        start, goal = guess[walk], target[walk]
+        stages = max(1, int(np.ceil(np.max(jump[walk]) / ANGLE_STAGE)))
+        qw = start.copy()
+        for j in range(1, stages + 1):
+            qw[:, idx] = start[:, idx] + (j / stages) * (goal - start[:, idx])
+            qw, okw = _newton_positions(mech, qw, idx, tol, max_iter)
+        q[walk], ok[walk] = qw, okw & ~_flipped(mech, qw)
+    return q, ok
 
 
 def _newton_positions(mech, q, idx, tol, max_iter):
