@@ -417,7 +417,12 @@ def solve_positions_batch(
     ``fixed_indices``) for the independent constraint rows, so every state stays on the
     assembly branch of its guess.  The norm is that of the step in units of the coordinates'
     scales (:func:`mbfg.model.scales.coordinate_scales`: lengths against angles), so that the
-    configuration a projection reaches does not depend on the mechanism's units.
+    configuration a projection reaches does not depend on the mechanism's units.  A held
+    angle more than a quarter turn from the guess's can pull a body onto the spurious root of
+    its angle row (the body half a turn against its angle,
+    :func:`~mbfg.model.constraints.angle_orientation`); such a state is solved again by
+    continuation in steps of at most ANGLE_STAGE, and fails if its jump exceeds two turns
+    or still ends against its angle.
 
     Parameters
     ----------
