@@ -739,9 +739,7 @@ def particle_filter(
             # mechanism is slow: beyond omega_c s it would lock onto wrong modes, so give up
             tracking = init == "uniform" and decided and bool(
                 np.any(np.abs(zd_prev) > wc * s)) if np.isfinite(wc) else decided
-        if lost or found is not None:
-            if found is None and (len(restarts) >= max_restarts or k == 0 or last_good < 0
-                                  or tracking):
+            if len(restarts) >= max_restarts or k == 0 or last_good < 0 or tracking:
                 upto = max(last_good + 1, 0)
                 exc = ConvergenceError(
                     f"pf lost the mode: from step {k - unexplained + 1 if unexplained else k} "
@@ -752,8 +750,8 @@ def particle_filter(
                     iterations=k)
                 exc.partial = result(upto, {"lost_at": k})
                 raise exc
-            if found is None:
-                restarts.append(k)
+            restarts.append(k)
+        if lost or found is not None:      # a restart: the monitor's or the gap search's
             unexplained = 0
             avail = per_step[k]          # a restart doubts the cloud, not this step's readings
             Qk = applied_forces(Qfun, tk, None, idx, n, M)
