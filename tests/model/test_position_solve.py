@@ -56,16 +56,29 @@ def test_a_far_held_angle_keeps_each_body_along_its_angle(name, model):
         np.testing.assert_allclose(q[j] / s, ref[0] / s, atol=1e-7, err_msg=f"{name} {jump}")
 
 
-def test_a_held_angle_beyond_two_turns_or_not_finite_is_refused_not_walked():
-    """A diverged filter's sigma points can ask for an angle 1e6 rad away, or NaN.  The
-    solve does not walk a million continuation stages: NaN fails, and a jump beyond two
-    turns either lands with the body along its angle directly or fails (-5 pi lands half a
-    turn off, against the angle, so it fails); a far jump within two turns in the same batch
-    is still taken by continuation."""
+def test_a_held_angle_whole_turns_away_is_taken_modulo_its_turns():
+    """A diverged filter's sigma points can ask for an angle 1e6 rad away, and after a 4 s gap
+    the UKF's reach beyond two turns.  The constraints repeat with each whole turn: the solve
+    walks only the jump's part beyond whole turns (no million stages) and lands where the
+    same part lands, with the held angle as asked and the body along it; NaN fails; the
+    rows do not disturb each other."""
     model = review_fourbar()[1]
     k = int(model.angle_coords[0])
     q0 = np.asarray(model.q0, float)
-    targets = q0[k] + np.array([[1e6], [np.nan], [-5 * np.pi], [2.6]])
-    q, ok = solve_positions_batch(model, np.broadcast_to(q0, (4, model.n)), [k], targets)
-    assert not ok[1] and not ok[2] and ok[3]
+    jumps = np.array([1e6, np.nan, -5 * np.pi, 2.6, 6 * np.pi + 2.6])
+    q, ok = solve_positions_batch(model, np.broadcast_to(q0, (jumps.size, model.n)), [k],
+                                  (q0[k] + jumps)[:, None])
+    assert ok.tolist() == [True, False, True, True, True]
     np.testing.assert_allclose(C.angle_orientation(model, q[ok]), 1.0, atol=1e-9)
+    np.testing.assert_allclose(q[ok, k], q0[k] + jumps[ok])
+    s = coordinate_scales(model)
+    for j in np.flatnonzero(ok):
+        part = float(np.remainder(jumps[j] + np.pi, 2 * np.pi) - np.pi)  # beyond whole turns
+        step = np.radians(1.0) * np.sign(part)
+        ref = q0[None].copy()
+        for theta in q0[k] + np.append(np.arange(step, part, step), part):
+            ref, good = solve_positions_batch(model, ref, [k], [[theta]])
+            assert good[0]
+        free = np.arange(model.n) != k
+        np.testing.assert_allclose(q[j, free] / s[free], ref[0, free] / s[free], atol=1e-6,
+                                   err_msg=str(jumps[j]))

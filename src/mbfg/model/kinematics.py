@@ -421,8 +421,8 @@ def solve_positions_batch(
     angle more than a quarter turn from the guess's can pull a body onto the spurious root of
     its angle row (the body half a turn against its angle,
     :func:`~mbfg.model.constraints.angle_orientation`); such a state is solved again by
-    continuation in steps of at most ANGLE_STAGE, and fails if its jump exceeds two turns
-    or still ends against its angle.
+    continuation in steps of at most ANGLE_STAGE over the jump's part beyond whole turns,
+    and fails if it still ends against its angle or the target is not finite.
 
     Parameters
     ----------
@@ -468,8 +468,6 @@ def solve_positions_batch(
 
 ANGLE_STAGE = np.pi / 4
 """Largest change of a held angle per stage of the position solve's continuation [rad]."""
-CONTINUATION_STAGES = 16
-"""Most stages of that continuation (two turns); a larger jump fails."""
 
 
 def _flipped(mech, q):
@@ -482,22 +480,32 @@ def _flipped(mech, q):
 def _positions_by_continuation(mech, guess, idx, target, tol, max_iter):
     """The position problem from ``guess`` (N, n) with coordinates ``idx`` moved to
     ``target`` (N, k) in equal stages, none changing a held angle by more than ANGLE_STAGE,
-    each solved from the last; a configuration still against its angle fails, and so does
-    every one where a held angle jumps more than CONTINUATION_STAGES stages."""
+    each solved from the last; a configuration still against its angle fails, and so does a
+    target that is not finite.
+
+    The constraints repeat with every whole turn of an angle, so each held angle walks only
+    the part of its jump beyond whole turns (at most half a turn, four stages) and takes the
+    whole turns at the end: a crank's configuration after k turns is the one it started
+    from (a diverged filter's sigma points can ask for 1e6 rad; after a 4 s gap the UKF's
+    reach beyond two turns)."""
     held = np.isin(idx, mech.angle_coords)
-    jump = np.max(np.abs(target - guess[:, idx])[:, held], axis=1, initial=0.0)
+    turns = np.where(held, 2 * np.pi * np.round((target - guess[:, idx]) / (2 * np.pi)), 0.0)
+    goal = target - turns                            # within half a turn of the guess
+    jump = np.max(np.abs(goal - guess[:, idx])[:, held], axis=1, initial=0.0)
     q = guess.copy()
     q[:, idx] = target
     ok = np.zeros(q.shape[0], bool)
-    walk = jump <= CONTINUATION_STAGES * ANGLE_STAGE      # not beyond two turns, finite
+    walk = np.isfinite(jump) & np.all(np.isfinite(target), axis=1)
     if walk.any():
-        start, goal = guess[walk], target[walk]
+        start, goal = guess[walk], goal[walk]
         stages = max(1, int(np.ceil(np.max(jump[walk]) / ANGLE_STAGE)))
         qw = start.copy()
         for j in range(1, stages + 1):
             qw[:, idx] = start[:, idx] + (j / stages) * (goal - start[:, idx])
             qw, okw = _newton_positions(mech, qw, idx, tol, max_iter)
-        q[walk], ok[walk] = qw, okw & ~_flipped(mech, qw)
+        ok[walk] = okw & ~_flipped(mech, qw)
+        qw[:, idx] = target[walk]                    # the whole turns back
+        q[walk] = qw
     return q, ok
 
 
