@@ -438,9 +438,9 @@ def particle_filter(
         of the result stay on the first set, ``stats["indices"]``.  Default True.
     reacquire : bool
         With ``init="gaussian"``: when the readings resume after a gap over which the cloud
-        spread beyond a quarter of the coordinate's scale, and they do not locate the
-        configuration by themselves (a gyroscope), search the crank's turn against the next
-        readings and restart the cloud about the state found where the estimate is more
+        spread beyond a quarter of the coordinate's scale, search the crank's turn and rate
+        against the next readings (also after an encoder's: it reads the angle, not the
+        rate) and restart the cloud about the state found where the estimate is more
         than that spread from it (:mod:`mbfg.estimation.reacquisition`;
         ``stats["reacquisitions"]``).  Default True.
 
@@ -515,7 +515,7 @@ def particle_filter(
     # init='uniform' has its own global restart)
     watch = GapReacquisition(model, sensors, per_step, sig, dt, Qfun,
                              "rk4" if integrator == "rk4" else "trapezoidal",
-                             enabled=reacquire and init == "gaussian", unless_located=True)
+                             enabled=reacquire and init == "gaussian")
     pts = default_branch_points(model) if branch_points is None else tuple(branch_points)
     angular = np.isin(idx, model.angle_coords)
     b0 = int(branch_sign(model, q0a, pts))
