@@ -24,7 +24,10 @@ mechanism's whole turn against the first readings after the gap:
    [-rate_bound, rate_bound] (twice the fastest rate estimated before).  The grids' spacing
    is :data:`GRID_SPACING` s and GRID_SPACING omega_c s.  Each candidate is integrated
    with the filter's own model over the window and scored by the sum of its readings'
-   squared normalized residuals.  After a quarter of the window's readings only the
+   squared normalized residuals.  Candidates whose first reading alone costs more than its
+   chi-square quantile of 1 - :data:`TIE_LEVEL` above the best are dropped first (an
+   encoder's reading leaves the configurations next to the read angle), as long as
+   :data:`SURVIVORS` remain.  After a quarter of the window's readings only the
    :data:`SURVIVORS` best go on, and each is refined over the whole window by a few damped
    Gauss-Newton steps on its state at the window's start (a grid point can be half a
    spacing off, and with precise rate sensors that alone costs more than a wrong part of
@@ -224,7 +227,18 @@ def search_state(
     def cost_of(r):
         return np.sum(r * r, axis=1)
 
-    if count > SURVIVORS:                 # the first quarter of the readings thins them out
+    from scipy.stats import chi2         # (scipy.stats is slow to import: not with mbfg)
+    if count > SURVIVORS:
+        # the first reading alone rules out most of a grid it does not pin (an encoder's
+        # angle: only the configurations next to it are worth integrating): those beyond its
+        # chi-square quantile of 1 - TIE_LEVEL above the best, as long as SURVIVORS remain
+        r1 = roll(q, zd, read_steps[0])[0]
+        first = cost_of(r1)
+        level = max(np.min(first) + chi2.isf(TIE_LEVEL, r1.shape[1]),
+                    np.partition(first, SURVIVORS - 1)[SURVIVORS - 1])
+        keep = first <= level
+        q, zd, own = q[keep], zd[keep], own[keep]
+    if q.shape[0] > SURVIVORS:            # the first quarter of the readings thins them out
         keep = np.argsort(cost_of(roll(q, zd, read_steps[max(0, len(read_steps) // 4 - 1)])[0]))
         q, zd, own = q[keep[:SURVIVORS]], zd[keep[:SURVIVORS]], own[keep[:SURVIVORS]]
     cost = cost_of(roll(q, zd, stop)[0])
