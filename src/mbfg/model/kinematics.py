@@ -489,8 +489,11 @@ def _positions_by_continuation(mech, guess, idx, target, tol, max_iter):
     from (a diverged filter's sigma points can ask for 1e6 rad; after a 4 s gap the UKF's
     reach beyond two turns)."""
     held = np.isin(idx, mech.angle_coords)
-    turns = np.where(held, 2 * np.pi * np.round((target - guess[:, idx]) / (2 * np.pi)), 0.0)
-    goal = target - turns                            # within half a turn of the guess
+    with np.errstate(invalid="ignore"):              # (a target that is not finite fails)
+        part = np.remainder(target - guess[:, idx] + np.pi, 2 * np.pi) - np.pi
+    # each held angle's goal within half a turn of the guess (a remainder, so bounded even for
+    # a target of 1e300 rad, whose whole turns a rounding would not resolve)
+    goal = np.where(held, guess[:, idx] + part, target)
     jump = np.max(np.abs(goal - guess[:, idx])[:, held], axis=1, initial=0.0)
     q = guess.copy()
     q[:, idx] = target
