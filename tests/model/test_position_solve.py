@@ -84,3 +84,23 @@ def test_a_held_angle_whole_turns_away_is_taken_modulo_its_turns():
         free = np.arange(model.n) != k
         np.testing.assert_allclose(q[j, free] / s[free], ref[0, free] / s[free], atol=1e-6,
                                    err_msg=str(jumps[j]))
+
+
+def test_the_continuation_walks_at_most_half_a_turn_whatever_the_jump(monkeypatch):
+    """The continuation itself (run for rows the plain solve left against their angle) walks
+    each held angle's part beyond whole turns: a jump of 6.3e299 rad ends (rounding it to
+    whole turns once left 7.4e283 rad to walk) and finite jumps land along the angle."""
+    import mbfg.model.kinematics as K
+    model = review_fourbar()[1]
+    k = int(model.angle_coords[0])
+    q0 = np.asarray(model.q0, float)
+    jumps = np.array([6.3166967e299, 1e17, 40.0, -3.0])
+    calls = []
+    newton = K._newton_positions
+    monkeypatch.setattr(K, "_newton_positions",
+                        lambda *args: calls.append(1) or newton(*args))
+    q, ok = K._positions_by_continuation(model, np.broadcast_to(q0, (4, model.n)).copy(),
+                                         np.array([k]), (q0[k] + jumps)[:, None], 1e-12, 30)
+    assert len(calls) <= int(np.ceil(np.pi / K.ANGLE_STAGE))
+    assert ok[2:].all()
+    np.testing.assert_allclose(C.angle_orientation(model, q[2:]), 1.0, atol=1e-9)
