@@ -237,6 +237,51 @@ INDEPENDENT_METHODS = ("euler", "trapezoidal", "rk4")
 """Integrators of :func:`independent_step`."""
 
 
+def dependent_step(
+    mech: Mechanism,
+    q: ArrayLike,
+    qd: ArrayLike,
+    dt: float,
+    Q_start: ArrayLike | None,
+    Q_mid: ArrayLike | None,
+    Q_end: ArrayLike | None,
+) -> tuple:
+    """One classical Runge-Kutta step of Eqs. (5)-(6) in dependent coordinates for N states,
+    then the positions projected back onto Phi = 0 and the velocities onto Phi_q qdot = 0
+    (minimum-norm in the coordinates' scales: :func:`~mbfg.model.kinematics.solve_positions_batch`
+    without held coordinates, :func:`~mbfg.model.kinematics.project_velocities_batch`).
+
+    No independent coordinates: a state passes a configuration where any one coordinate
+    turns back (a rocker's limit) as anywhere else, and a small step stays on its assembly
+    branch.
+
+    Parameters
+    ----------
+    q, qd : (N, n) assembled states [m, rad; per s]
+    dt : step [s]
+    Q_start, Q_mid, Q_end : (N, n) or None, applied forces at the step's start, middle and end
+
+    Returns
+    -------
+    q, qd, qdd : (N, n) at the step's end
+    ok : (N,) bool, False where the projection failed
+    """
+    q, qd = np.asarray(q, float), np.asarray(qd, float)
+
+    def rate(qq, vv, QQ):
+        return vv, forward_dynamics(mech, qq, vv, QQ)
+
+    k1 = rate(q, qd, Q_start)
+    k2 = rate(q + 0.5 * dt * k1[0], qd + 0.5 * dt * k1[1], Q_mid)
+    k3 = rate(q + 0.5 * dt * k2[0], qd + 0.5 * dt * k2[1], Q_mid)
+    k4 = rate(q + dt * k3[0], qd + dt * k3[1], Q_end)
+    q1 = q + dt / 6.0 * (k1[0] + 2.0 * k2[0] + 2.0 * k3[0] + k4[0])
+    qd1 = qd + dt / 6.0 * (k1[1] + 2.0 * k2[1] + 2.0 * k3[1] + k4[1])
+    q1, ok = K.solve_positions_batch(mech, q1)
+    qd1 = K.project_velocities_batch(mech, q1, qd1)
+    return q1, qd1, forward_dynamics(mech, q1, qd1, Q_end), ok
+
+
 def independent_step(
     mech: Mechanism,
     q: ArrayLike,
@@ -325,5 +370,6 @@ def independent_step(
 
 __all__ = [
     "ReferenceTrajectory", "integrate_reference", "integrate_trapezoidal", "independent_step",
+    "dependent_step",
     "INDEPENDENT_METHODS"
 ]

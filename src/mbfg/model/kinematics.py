@@ -590,6 +590,90 @@ def sweep_configurations(
     return np.asarray(zs)[order], np.asarray(qs)[order]
 
 
+def sweep_loop(
+    mech: Mechanism,
+    q: ArrayLike,
+    step: float,
+    max_points: int = 20000,
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Assembled configurations around a one-degree-of-freedom mechanism's configuration
+    loop through q, by pseudo-arclength continuation.
+
+    Where :func:`sweep_configurations` walks one coordinate and stops where that coordinate
+    turns back (a rocker's limit, a point coordinate's extreme), this walks the curve
+    Phi(q) = 0 itself: at each configuration the unit tangent t (the null space of Phi_q in
+    units of the coordinates' scales, :func:`mbfg.model.scales.coordinate_scales`) gives the
+    coordinate c that moves fastest there (largest |t_c|, so holding it is well conditioned),
+    which is moved by ``step`` t_c of its scale and held while the others are solved from
+    the predicted q + step t (:func:`solve_positions_batch`; halved up to four times where
+    that fails).  It goes on until it is back
+    within three quarters of a step of q (angles taken modulo a turn): the closed loop, on q's branch
+    and through the other assembly mode where the loop passes into it, as the mechanism
+    moves.  Where a solve fails (a singular configuration), it walks the other way from q
+    instead, and the result is an open arc.
+
+    Parameters
+    ----------
+    q : (n,) assembled configuration [m, rad]
+    step : float
+        Spacing along the loop in units of the coordinates' scales (dimensionless).
+    max_points : int
+        Most configurations walked in all.
+
+    Returns
+    -------
+    q : (K, n) configurations, in order along the loop (the first is q)
+    coordinate : (K,) int, the coordinate moving fastest at each (the one to hold there)
+    closed : bool, whether the walk came back to q
+    """
+    q = np.asarray(q, float)
+    s = coordinate_scales(mech)
+    angles = np.isin(np.arange(mech.n), mech.angle_coords)
+
+    def tangent(qc, previous):
+        J = C.constraint_jacobian(mech, qc) * s
+        t = np.linalg.svd(J)[2][-1]
+        if previous is not None and t @ previous < 0:
+            t = -t
+        return t
+
+    def gap(qa):
+        d = (qa - q) / s
+        d[angles] = np.angle(np.exp(1j * d[angles]))
+        return float(np.linalg.norm(d))
+
+    out, coord = [q.copy()], []
+    t0 = tangent(q, None)
+    closed = False
+    for direction in (1.0, -1.0):
+        qc, t = q.copy(), direction * t0
+        arc = []
+        while len(out) + len(arc) < max_points:
+            c = int(np.argmax(np.abs(t)))
+            for h in step / 2.0 ** np.arange(5):      # a tight bend: shorter steps
+                guess = qc + h * t * s
+                qn, ok = solve_positions_batch(mech, guess, [c], [[guess[c]]])
+                if ok[0]:
+                    break
+            if not ok[0]:
+                break
+            qc = qn[0]
+            if len(arc) >= 3 and gap(qc) < 0.75 * step:
+                closed = True
+                break
+            arc.append(qc)
+            t = tangent(qc, t)
+        if direction > 0:
+            out += arc
+        else:
+            out = arc[::-1] + out
+        if closed:
+            break
+    qs = np.asarray(out)
+    coordinate = np.array([int(np.argmax(np.abs(tangent(qk, None)))) for qk in qs])
+    return qs, coordinate, closed
+
+
 def fit_positions_batch(
     mech: Mechanism,
     q_guess: ArrayLike,
@@ -772,6 +856,6 @@ __all__ = [
     "solve_velocity", "acceleration_rhs", "solve_acceleration", "project_velocity",
     "release_state", "branch_point",
     "point_coordinate_indices", "inverse_kinematics_point_path", "solve_positions_batch",
-    "sweep_configurations",
+    "sweep_configurations", "sweep_loop",
     "project_velocities_batch", "StateProjection"
 ]
