@@ -10,12 +10,12 @@ import pytest
 import mbfg
 from mbfg.benchmarking.estimation_review import review_fourbar, sensor_setups
 from mbfg.estimation.particle import branch_sign
-from mbfg.estimation.reacquisition import GRID_SPACING
+from mbfg.estimation.reacquisition import EXPLAINED_RMS, GRID_SPACING
 from mbfg.model import constraints as C
 from mbfg.model.identification import characteristic_rate
 from mbfg.model.integrate import integrate_reference
 from mbfg.model.kinematics import sweep_configurations
-from mbfg.model.scales import constraint_scales
+from mbfg.model.scales import constraint_scales, coordinate_scales
 from mbfg.model.sensors import without_readings, wrap_angle
 from mbfg.testing import watched_mechanism
 
@@ -23,10 +23,10 @@ GAP = (2.0, 4.0)    # no reading over this span, in units of 1 / omega_c
 LATE = 5.0          # the late error is measured from here to the end (6 / omega_c)
 
 
-def _gyro_case(family, length, mass):
+def _gyro_case(family, length, mass, seed=31):
     """(watched mechanism read by a gyroscope alone, its sensors, readings, readings with
     the gap)."""
-    w = watched_mechanism(family, 31, length=length, mass=mass, gyroscope_only=True)
+    w = watched_mechanism(family, seed, length=length, mass=mass, gyroscope_only=True)
     return w, w.sensors, w.readings, w.readings_with_gap(*GAP)
 
 
@@ -66,15 +66,57 @@ def test_the_ekf_finds_the_crank_again_after_a_gap_on_generated_mechanisms(famil
     np.testing.assert_allclose(late[0], late[1], rtol=1e-6)
 
 
-def test_a_rocker_is_not_searched_and_the_reason_is_given():
-    """The double-rocker's independent coordinate does not turn fully: no search, the reason
-    in the statistics, and the estimate is that of the filter without the search."""
-    w, sensors, _, gapped = _gyro_case("double-rocker", 1e-2, 1e-3)
+def test_a_rocker_is_searched_around_its_configuration_loop():
+    """The double-rocker's filter holds a point coordinate or a rocker angle, neither of which
+    turns fully: the search walks the configuration loop instead, the same at 1 cm / 1 g and
+    at 4 m / 200 kg, and the late error is not larger than without the search."""
+    logs, late, found = [], [], []
+    for length, mass in [(1e-2, 1e-3), (4.0, 200.0)]:
+        w, sensors, _, gapped = _gyro_case("double-rocker", length, mass)
+        res = _run(w, sensors, gapped, "ekf")
+        log = res.stats.extra["reacquisitions"]
+        assert len(log) == 1 and log[0].get("swept") == "loop", log
+        without = _late_error(w, _run(w, sensors, gapped, "ekf", reacquire=False))
+        late.append(_late_error(w, res))
+        assert late[-1] <= without * (1 + 1e-9), (late[-1], without)
+        logs.append(log[0])
+        found.append(log[0]["z"] / coordinate_scales(w.model)[log[0]["coordinate"]])
+    assert logs[0]["restarted"] == logs[1]["restarted"]
+    np.testing.assert_allclose(logs[0]["cost"], logs[1]["cost"], rtol=1e-6)
+    np.testing.assert_allclose(late[0], late[1], rtol=1e-6)
+    # the state found is the same in units of its coordinate's scale (ell or 1 rad), to a
+    # tenth of the search grid's spacing (the cost is flat there to 1e-6)
+    assert logs[0]["coordinate"] == logs[1]["coordinate"]
+    np.testing.assert_allclose(found[0], found[1], atol=0.1 * GRID_SPACING)
+
+
+def test_no_restart_where_no_candidate_explains_the_window():
+    """The generated triple-rocker (seed 32): the search's best leaves an RMS residual of 20
+    sigmas over the window (its model cannot explain these readings from any state); the
+    filter keeps its own estimate, and its result is that of the filter without the search
+    (a restart there once sent the EKF off the constraints)."""
+    w, sensors, _, gapped = _gyro_case("triple-rocker", 1e-2, 1e-3, seed=32)
     res = _run(w, sensors, gapped, "ekf")
     log = res.stats.extra["reacquisitions"]
-    assert log and all("skipped" in entry for entry in log), log
+    assert len(log) == 1 and log[0]["explained"] is False and not log[0]["restarted"], log
+    assert log[0]["cost"] > EXPLAINED_RMS ** 2 * 13, log
     plain = _run(w, sensors, gapped, "ekf", reacquire=False)
     np.testing.assert_array_equal(res.q, plain.q)
+
+
+def test_the_filters_own_estimate_over_the_window_is_weighed_against_the_search():
+    """The generated shaper at 1 cm (seed 32): the EKF had found its way back inside the
+    window, but the candidate started at its configuration at the window's start is a poor
+    fit, and a state on another part of the loop fits the gyroscope about as well.  The
+    candidate ending at the filter's own state stands for it: the filter keeps its own
+    estimate, whose late error is that of the filter without the search (a restart there
+    once left it at 0.37 of the length)."""
+    w, sensors, _, gapped = _gyro_case("shaper", 1e-2, 1e-3, seed=32)
+    res = _run(w, sensors, gapped, "ekf")
+    log = res.stats.extra["reacquisitions"]
+    assert len(log) == 1 and "cost" in log[0] and not log[0]["restarted"], log
+    plain = _run(w, sensors, gapped, "ekf", reacquire=False)
+    assert _late_error(w, res) == _late_error(w, plain) < 0.1
 
 
 @pytest.mark.parametrize("method", ["ekf", "ekf_fe", "ukf", "dekf", "pf"])

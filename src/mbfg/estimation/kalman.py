@@ -214,7 +214,12 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
             if found is not None:          # the readings resumed after a gap: restart
                 if fe:                     # a force learned elsewhere on the turn: afresh
                     Qz = np.zeros((1, d))
-                zd = found.zd[None].copy()
+                new, zd = found.restart_coordinates(idx, partition)
+                if not np.array_equal(new, idx):
+                    idx = new
+                    SigP = review_noise(model, idx, dt, p0, qc, sigma2_acc, fe)[1]
+                    switches.append((k, tuple(int(i) for i in idx)))
+                zd = zd[None]
                 st = independent_state(model, found.q[None], idx, zd,
                                        applied_forces(Qfun, tk, Qz, idx, n, 1))
                 z = st.q[:, idx].copy()
@@ -468,7 +473,12 @@ def ukf(
                 qbar = st1.q[0]
             found = watch.observe(k, qbar, idx, x[d:], np.sqrt(np.diag(P)[:d]))
             if found is not None:          # the readings resumed after a gap: restart
-                x = np.concatenate([found.q[idx], found.zd])
+                new, zd_found = found.restart_coordinates(idx, partition)
+                if not np.array_equal(new, idx):
+                    idx = new
+                    SigP = review_noise(model, idx, dt, p0, qc)[1]
+                    switches.append((k, tuple(int(i) for i in idx)))
+                x = np.concatenate([found.q[idx], zd_found])
                 qbar = found.q
                 P = review_noise(model, idx, dt, p0, qc)[0]
             avail = per_step[k]

@@ -36,10 +36,17 @@ mechanism's whole turn against the first readings after the gap:
    REACQUIRE_SPREAD s (and REACQUIRE_SPREAD omega_c s in rate) of the best candidate's, it
    has not lost the crank and goes on as it was: its estimate rests on all its readings,
    the search's on the window's alone, which the model's errors bias (by 0.1-0.2 rad on
-   some generated mechanisms with gravity 10 % weak).  So it does where the candidate
-   started at its own configuration ends in another part of the turn that explains the
-   window about as well as the best (:data:`TIE_LEVEL`): some mechanisms' readings fit a
-   second part of the turn as well (a generated quick-return, half a turn away).  Otherwise it continues from the best
+   some generated mechanisms with gravity 10 % weak).  So it does where the candidate that
+   stands for the filter lies in another part of the turn and explains the window about as
+   well as the best (:data:`TIE_LEVEL`): some mechanisms' readings fit a second part of the
+   turn as well (a generated quick-return, half a turn away).  That candidate is the
+   cheapest one ending within REACQUIRE_SPREAD of the filter's own state at the window's
+   last step (the filter may have found its way back inside the window: a generated shaper,
+   whose candidate started at the filter's configuration at the window's start fitted
+   poorly), else the best one started at that configuration.  And so it does where no
+   candidate explains the window (an RMS normalized residual beyond :data:`EXPLAINED_RMS`
+   sigmas: a generated triple-rocker, 20 sigmas, where a restart sent the EKF off the
+   constraints).  Otherwise it continues from the best
    candidate's state: a Kalman filter with its initial covariance (errorEKF_FE also with its force
    estimate back at zero: a force learned elsewhere on the turn is wrong here), the particle
    filter with a fresh cloud about it (its restart's spreads).  The estimates reported inside
@@ -51,16 +58,25 @@ several rad/s keeps the few particles near the read angle, whose rates are a lot
 review four-bar, seed 300: 0.09 rad off 0.3 s after the gap, x3.6 its gap-free error over the
 next 3 s; with the search x1.03).
 
-The search is for one degree of freedom whose independent coordinate is an angle that turns
-fully (a crank: the sweep of :func:`~mbfg.model.kinematics.sweep_configurations` covers its
-whole motion).  Otherwise (several degrees of freedom, a slider or a rocker as independent
-coordinate) the filter goes on without it and says why in ``stats["reacquisitions"]``.
-``reacquire=False`` (an option of every filter) turns the search off: the filters as
-published.
+The search is for one degree of freedom.  Where the filter's independent coordinate is an
+angle that turns fully (a crank), its candidates lie along that turn
+(:func:`~mbfg.model.kinematics.sweep_configurations`).  Otherwise (a point coordinate, a
+rocker) they lie around the configuration loop through the filter's configuration
+(:func:`~mbfg.model.kinematics.sweep_loop`, GRID_SPACING apart in units of the coordinates'
+scales), each holding the coordinate that moves fastest there for its rate and its
+refinement, and each integrated over the window by
+:func:`~mbfg.model.integrate.dependent_step`, which holds no coordinate (a candidate may pass a
+turning point of any one within the window); distances between states are then taken over
+all coordinates (a point coordinate alone takes one value at two places of the loop), and a
+Kalman filter restarts with the coordinates its partition chooses at the state found.  With
+several degrees of freedom the filter goes on without a search and says why in
+``stats["reacquisitions"]``.  ``reacquire=False`` (an option of every filter) turns the
+search off: the filters as published.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -69,8 +85,8 @@ from mbfg.estimation.common import (applied_forces, innovation, predict_readings
                                     reading_variances, wrap_angle)
 from mbfg.model.dynamics import independent_state
 from mbfg.model.identification import characteristic_rate
-from mbfg.model.integrate import independent_step
-from mbfg.model.kinematics import solve_positions_batch, sweep_configurations
+from mbfg.model.integrate import dependent_step, independent_step
+from mbfg.model.kinematics import solve_positions_batch, sweep_configurations, sweep_loop
 from mbfg.model.scales import coordinate_scales
 
 if TYPE_CHECKING:
@@ -81,7 +97,7 @@ if TYPE_CHECKING:
     from mbfg.model.mechanism import Mechanism
 
 __all__ = ["GapReacquisition", "Reacquired", "search_state", "REACQUIRE_SPREAD",
-           "REACQUIRE_WINDOW", "GRID_SPACING", "TIE_LEVEL", "SURVIVORS"]
+           "REACQUIRE_WINDOW", "GRID_SPACING", "TIE_LEVEL", "SURVIVORS", "EXPLAINED_RMS"]
 
 REACQUIRE_SPREAD = 0.25
 """Predicted standard deviation of an independent coordinate, in units of its scale s,
@@ -98,6 +114,12 @@ parameters) above it (dimensionless)."""
 SURVIVORS = 64
 """Candidates that go on to the whole window after its first quarter of readings, each then
 refined by Gauss-Newton."""
+EXPLAINED_RMS = 3.0
+"""A search's best state replaces the filter's only where its readings' RMS normalized
+residual over the window is at most this many sigmas (dimensionless; the window's costs run
+1-1.5 sigmas under the benchmarks' 10 % gravity error where the search finds the state,
+20 sigmas where no candidate explains the window).  Where none does, a restart would throw
+away the filter's own estimate for a state that is no better supported."""
 GRID_SPACING = 0.1
 """Spacing of the search's candidates, in units of the coordinate's scale s (0.1 rad: 63
 configurations per turn) and of omega_c s for the rates (dimensionless; about the Kalman
@@ -111,17 +133,26 @@ class Reacquired:
     Attributes
     ----------
     q : (n,) configuration at the window's last step [m, rad]
-    zd : (d,) independent rates there
+    zd : (1,) the rate there of the filter's independent coordinate
     cost : float
         Sum of the window's squared normalized reading residuals along the best candidate.
     candidates : int
         Candidate states scored.
     own_cost : float
-        The same cost of the best candidate started at the filter's own configuration (inf
-        where it did not survive the first quarter of the readings).
+        The same cost of the candidate that stands for the filter: the cheapest one ending
+        within REACQUIRE_SPREAD of the filter's own state at the window's last step, or,
+        where none does, the best one started at the filter's configuration (inf where it
+        did not survive the first quarter of the readings).
     own_apart : bool
-        That candidate ended, after its refinement, more than REACQUIRE_SPREAD s from the
-        best at the window's start (another part of the turn, not the same optimum).
+        That candidate lies more than REACQUIRE_SPREAD s from the best (another part of the
+        turn or loop, not the same optimum).
+    swept : str
+        "coordinate": the candidates came from the filter's angle along its turn; "loop":
+        from the configuration loop (:func:`~mbfg.model.kinematics.sweep_loop`), distances
+        then taken over all coordinates.
+    qd : (n,) velocities at the window's last step [m/s, rad/s]
+    readings : int
+        Scalar readings in the window (the degrees of freedom of ``cost``).
     """
 
     q: np.ndarray
@@ -130,6 +161,20 @@ class Reacquired:
     candidates: int
     own_cost: float = np.inf
     own_apart: bool = False
+    swept: str = "coordinate"
+    qd: np.ndarray | None = None
+    readings: int = 0
+
+    def restart_coordinates(self, indices: ArrayLike, partition=None) -> tuple:
+        """The independent coordinates a filter holding ``indices`` restarts with at ``q``
+        (its :class:`~mbfg.model.partition.StatePartition`'s choice there, if it has one:
+        after a search around the loop its own coordinate may be at a turning point) and
+        their rates: ((d,) int, (d,))."""
+        idx = np.asarray(indices, int)
+        new = idx if partition is None else np.asarray(partition(self.q, idx), int)
+        if np.array_equal(new, idx) or self.qd is None:
+            return idx, np.asarray(self.zd, float).copy()
+        return new, self.qd[new].copy()
 
 
 def search_state(
@@ -144,71 +189,94 @@ def search_state(
     dt: float,
     forces: Callable,
     integrator: str,
-    position_step: float,
-    rate_step: float,
+    rate_unit: float,
     rate_bound: float,
+    q_end: ArrayLike | None = None,
 ) -> Reacquired | str:
     """The state that best explains the readings of steps ``start`` .. ``stop`` (inclusive),
-    searched over the whole turn of one independent coordinate.
+    searched over the mechanism's whole motion.
 
     Parameters
     ----------
     per_step, sigmas : the filter's readings by step and assumed sigmas
         (:func:`~mbfg.estimation.common.prepare_readings`)
     q_ref : (n,) an assembled configuration on the filter's branch [m, rad]
-    indices : (1,) the independent coordinate
+    indices : (1,) the filter's independent coordinate
     forces : t -> applied forces (:func:`~mbfg.model.forces.force_function`)
     integrator : the filter's integration rule (:func:`~mbfg.model.integrate.independent_step`)
-    position_step, rate_step : grid spacing of the candidates [rad or m, per s]
-    rate_bound : the candidates' rates span [-rate_bound, rate_bound]
+    rate_unit : omega_c [1/s]; the grids' spacing is GRID_SPACING s and GRID_SPACING
+        omega_c s on a coordinate of scale s
+    rate_bound : the candidates' rates span [-rate_bound, rate_bound] on ``indices`` (in
+        proportion to their scales on other coordinates) [rad/s or m/s]
+    q_end : (n,) the filter's own configuration at ``stop``, optional: the candidate that
+        stands for the filter is then the cheapest one ending within REACQUIRE_SPREAD of it
+        (its own estimate over the window), else the one started at ``q_ref``
 
     Returns
     -------
-    :class:`Reacquired`, or a str saying why there is none: the coordinate does not turn
-    fully (a rocker: the sweep by continuation would miss the configurations beyond its
-    limits), the window holds no reading, or no candidate could be integrated over it.
+    :class:`Reacquired`, or a str saying why there is none: the window holds no reading, or
+    no candidate could be integrated over it.
     """
     idx = np.asarray(indices, int)
-    n = model.n
-    s = float(coordinate_scales(model)[idx[0]])
+    scales = coordinate_scales(model)
     q_ref = np.asarray(q_ref, float)
-    zt, qt = sweep_configurations(model, q_ref, idx, np.pi * s, position_step)
-    if zt[-1] - zt[0] < 2 * np.pi * s - 0.5 * position_step:
-        return "the independent coordinate does not turn fully (a rocker)"
-    zt, qt = zt[:-1], qt[:-1]                  # a full turn: drop the repeated end
-    # the filter's own configuration is a candidate too (its prediction may be right)
-    zt, qt = np.append(zt, q_ref[idx[0]]), np.vstack([qt, q_ref])
+    qt, held, swept = _candidate_configurations(model, q_ref, idx, scales)
+    own_config = np.zeros(qt.shape[0], bool)
+    own_config[-1 if swept == "coordinate" else 0] = True
 
     def forces_at(t, m):
-        return applied_forces(forces, t, None, idx, n, m)
+        return applied_forces(forces, t, None, idx, model.n, m)
 
     read_steps = [k for k in range(start, stop + 1) if per_step[k]]
     if not read_steps:
         return "no reading in the window"
-    # the rate at each configuration from the first reading, where that reading tells it to
-    # within the grid's spacing (a rate sensor); elsewhere (an encoder) the grid of rates
-    fitted, pinned = _rates_from_reading(model, sensors, per_step[read_steps[0]], sigmas, qt,
-                                         idx, forces_at(start * dt, zt.size), rate_step)
-    grid = np.arange(-np.ceil(rate_bound / rate_step), np.ceil(rate_bound / rate_step) + 1)
-    grid = grid * rate_step
-    per = np.where(pinned, 1, grid.size)
-    own = np.repeat(np.arange(zt.size) == zt.size - 1, per)
-    q = np.repeat(qt, per, axis=0)
-    z = np.repeat(zt, per)[:, None]
-    zd = np.concatenate([[f] if p else grid for f, p in zip(fitted, pinned)])[:, None]
-    count = z.shape[0]
+    # every candidate is integrated holding the coordinate that moves fastest at it (the
+    # filter's own along a crank's turn): one group per such coordinate
+    groups = []
+    for c in np.unique(held):
+        at = held == c
+        cidx = np.array([c])
+        position_step = GRID_SPACING * scales[c]
+        rate_step = GRID_SPACING * rate_unit * scales[c]
+        bound = rate_bound / scales[idx[0]] * scales[c]
+        # the rate at each configuration from the first reading, where that reading tells it
+        # to within the grid's spacing (a rate sensor); elsewhere (an encoder) a grid of rates
+        fitted, pinned = _rates_from_reading(model, sensors, per_step[read_steps[0]], sigmas,
+                                             qt[at], cidx, forces_at(start * dt, int(at.sum())),
+                                             rate_step)
+        grid = np.arange(-np.ceil(bound / rate_step), np.ceil(bound / rate_step) + 1)
+        grid = grid * rate_step
+        per = np.where(pinned, 1, grid.size)
+        groups.append(dict(
+            idx=cidx, steps=(position_step, rate_step),
+            own=np.repeat(own_config[at], per), q=np.repeat(qt[at], per, axis=0),
+            zd=np.concatenate([[f] if p else grid for f, p in zip(fitted, pinned)])[:, None]))
+    count = sum(g["q"].shape[0] for g in groups)
 
-    def roll(q, zd, last):
-        """The candidates (q (N, n), zd (N, 1) at ``start``) integrated to step ``last``:
-        their normalized reading residuals (N, R) (inf where one failed to assemble), the
-        state at ``last`` and its rates."""
-        z = q[:, idx].copy()
-        st = independent_state(model, q, idx, zd, forces_at(start * dt, q.shape[0]))
+    def roll(q, zd, last, cidx):
+        """The candidates (q (N, n), zd (N, 1) the rates of coordinate cidx at ``start``)
+        integrated to step ``last``: their normalized reading residuals (N, R) (inf where one
+        failed to assemble), the state at ``last`` and its rates, of the candidates that
+        were integrated to it (``alive``, their indices)."""
+        z = q[:, cidx].copy()
+        st = independent_state(model, q, cidx, zd, forces_at(start * dt, q.shape[0]))
         alive = np.arange(q.shape[0])       # a candidate that failed is integrated no more
         out = []
         for k in range(start, last + 1):
-            if k > start and alive.size:
-                st, z, zd, ok = independent_step(model, st.q, z, zd, st.zdd, idx, dt,
+            if k > start and alive.size and swept == "loop":
+                # around the loop a candidate may pass a turning point of any coordinate
+                # within the window: the step holds none
+                m = alive.size
+                with np.errstate(all="ignore"):       # a wrong candidate may blow up
+                    qn, qdn, qddn, ok = dependent_step(
+                        model, st.q, st.qd, dt, forces_at((k - 1) * dt, m),
+                        forces_at((k - 0.5) * dt, m), forces_at(k * dt, m))
+                ok &= np.all(np.isfinite(qdn), axis=1) & np.all(np.isfinite(qddn), axis=1)
+                alive = alive[ok]
+                st = SimpleNamespace(q=qn[ok], qd=qdn[ok], qdd=qddn[ok])
+                zd = st.qd[:, cidx]
+            elif k > start and alive.size:
+                st, z, zd, ok = independent_step(model, st.q, z, zd, st.zdd, cidx, dt,
                                                  forces_at(k * dt, z.shape[0]), integrator)
                 if not ok.all():
                     alive, st, z, zd = alive[ok], st.select(ok), z[ok], zd[ok]
@@ -222,35 +290,133 @@ def search_state(
                 out.append(r)
         r = np.concatenate(out, axis=-1)
         r[~np.all(np.isfinite(r), axis=1)] = np.inf
-        return r, st, zd
+        return r, st, zd, alive
+
+    def residuals(q, zd, last, cidx):
+        """roll's residuals alone; a batch in which some candidate meets a singular
+        configuration of its coordinate (a turning point inside the window) is split until
+        that one is alone, whose residuals are then inf."""
+        try:
+            return roll(q, zd, last, cidx)[0]
+        except np.linalg.LinAlgError:
+            if q.shape[0] == 1:
+                width = sum(reading_variances(sensors, per_step[k], sigmas).size
+                            for k in read_steps if k <= last)
+                return np.full((1, width), np.inf)
+            h = q.shape[0] // 2
+            return np.concatenate([residuals(q[:h], zd[:h], last, cidx),
+                                   residuals(q[h:], zd[h:], last, cidx)])
 
     def cost_of(r):
         return np.sum(r * r, axis=1)
+
+    def select(groups, keep, score):
+        """The groups' candidates where ``keep`` (over all groups, in order), each group's
+        in the order of ``score``."""
+        cut = np.cumsum([0] + [g["q"].shape[0] for g in groups])
+        for g, lo, hi in zip(groups, cut[:-1], cut[1:]):
+            order = np.argsort(score[lo:hi], kind="stable")
+            mine = order[keep[lo:hi][order]]
+            g["q"], g["zd"], g["own"] = g["q"][mine], g["zd"][mine], g["own"][mine]
+        return [g for g in groups if g["q"].shape[0]]
 
     from scipy.stats import chi2         # (scipy.stats is slow to import: not with mbfg)
     if count > SURVIVORS:
         # the first reading alone rules out most of a grid it does not pin (an encoder's
         # angle: only the configurations next to it are worth integrating): those beyond its
         # chi-square quantile of 1 - TIE_LEVEL above the best, as long as SURVIVORS remain
-        r1 = roll(q, zd, read_steps[0])[0]
-        first = cost_of(r1)
-        level = max(np.min(first) + chi2.isf(TIE_LEVEL, r1.shape[1]),
+        r1 = [residuals(g["q"], g["zd"], read_steps[0], g["idx"]) for g in groups]
+        first = np.concatenate([cost_of(r) for r in r1])
+        level = max(np.min(first) + chi2.isf(TIE_LEVEL, r1[0].shape[1]),
                     np.partition(first, SURVIVORS - 1)[SURVIVORS - 1])
-        keep = first <= level
-        q, zd, own = q[keep], zd[keep], own[keep]
-    if q.shape[0] > SURVIVORS:            # the first quarter of the readings thins them out
-        keep = np.argsort(cost_of(roll(q, zd, read_steps[max(0, len(read_steps) // 4 - 1)])[0]))
-        q, zd, own = q[keep[:SURVIVORS]], zd[keep[:SURVIVORS]], own[keep[:SURVIVORS]]
-    cost = cost_of(roll(q, zd, stop)[0])
-    if not np.isfinite(cost).any():
+        groups = select(groups, first <= level, np.zeros_like(first))
+    if sum(g["q"].shape[0] for g in groups) > SURVIVORS:
+        # the first quarter of the readings thins them out
+        quarter = read_steps[max(0, len(read_steps) // 4 - 1)]
+        early = np.concatenate([cost_of(residuals(g["q"], g["zd"], quarter, g["idx"]))
+                                for g in groups])
+        keep = np.zeros(early.size, bool)
+        keep[np.argsort(early)[:SURVIVORS]] = True
+        groups = select(groups, keep, early)
+    for g in groups:
+        g["cost"] = cost_of(residuals(g["q"], g["zd"], stop, g["idx"]))
+    if not any(np.isfinite(g["cost"]).any() for g in groups):
         return "no candidate could be integrated over the window"
-    q, zd, cost = _refine(model, idx, q, zd, cost, roll, cost_of, position_step, rate_step, stop)
+    for g in groups:
+        g["q"], g["zd"], g["cost"] = _refine(
+            model, g["idx"], g["q"], g["zd"], g["cost"],
+            lambda q, zd, last, c=g["idx"]: (residuals(q, zd, last, c), None, None), cost_of,
+            *g["steps"], stop)
+    cost = np.concatenate([g["cost"] for g in groups])
+    q = np.concatenate([g["q"] for g in groups])
+    zd = np.concatenate([g["zd"] for g in groups])
+    own = np.concatenate([g["own"] for g in groups])
+    which = np.concatenate([np.full(g["q"].shape[0], i) for i, g in enumerate(groups)])
     best = int(np.argmin(cost))
-    r, st, zd_end = roll(q[best:best + 1], zd[best:best + 1], stop)
-    mine = int(np.flatnonzero(own)[np.argmin(cost[own])]) if own.any() else best
-    apart = abs(float(wrap_angle(q[mine, idx[0]] - q[best, idx[0]]))) > REACQUIRE_SPREAD * s
-    return Reacquired(q=st.q[0].copy(), zd=zd_end[0].copy(), cost=float(cost[best]),
-                      candidates=count, own_cost=float(cost[mine]), own_apart=apart)
+    cidx = groups[which[best]]["idx"]
+    r, st, zd_end, _ = roll(q[best:best + 1], zd[best:best + 1], stop, cidx)
+    rate = zd_end[0].copy() if cidx[0] == idx[0] else st.qd[0, idx].copy()
+    mine = _own_candidate(model, groups, cost, q_end, stop, roll, idx, swept, scales)
+    if mine is None:
+        mine = int(np.flatnonzero(own)[np.argmin(cost[own])]) if own.any() else best
+        apart = _distance(model, q[mine], q[best], idx, swept, scales) > REACQUIRE_SPREAD
+    else:
+        apart = _distance(model, q_end, st.q[0], idx, swept, scales) > REACQUIRE_SPREAD
+    return Reacquired(q=st.q[0].copy(), zd=rate, cost=float(cost[best]),
+                      candidates=count, own_cost=float(cost[mine]), own_apart=apart,
+                      swept=swept, qd=st.qd[0].copy(), readings=int(r.shape[1]))
+
+
+def _own_candidate(model, groups, cost, q_end, stop, roll, idx, swept, scales):
+    """The index (into the concatenated groups) of the cheapest candidate whose state at
+    ``stop`` lies within REACQUIRE_SPREAD of the filter's own ``q_end``, or None (no q_end,
+    or no such candidate)."""
+    if q_end is None:
+        return None
+    q_end = np.asarray(q_end, float)
+    near = np.zeros(cost.size, bool)
+    offset = 0
+    for g in groups:
+        try:
+            _, st, _, alive = roll(g["q"], g["zd"], stop, g["idx"])
+        except np.linalg.LinAlgError:
+            alive = np.zeros(0, int)
+        for row, i in enumerate(alive):
+            near[offset + i] = (_distance(model, q_end, st.q[row], idx, swept, scales)
+                                <= REACQUIRE_SPREAD)
+        offset += g["q"].shape[0]
+    near &= np.isfinite(cost)
+    if not near.any():
+        return None
+    return int(np.flatnonzero(near)[np.argmin(cost[near])])
+
+
+def _candidate_configurations(model, q_ref, idx, scales):
+    """The configurations a search starts from and the coordinate each holds: along the
+    filter's independent coordinate where it is an angle that turns fully (every
+    GRID_SPACING rad by continuation, then q_ref; ``swept`` "coordinate"), else around the
+    configuration loop through q_ref (q_ref first, then every GRID_SPACING of the scaled
+    arclength, :func:`~mbfg.model.kinematics.sweep_loop`; "loop")."""
+    if int(idx[0]) in set(int(i) for i in model.angle_coords):
+        s = float(scales[idx[0]])
+        zt, qt = sweep_configurations(model, q_ref, idx, np.pi * s, GRID_SPACING * s)
+        if zt[-1] - zt[0] >= 2 * np.pi * s - 0.5 * GRID_SPACING * s:
+            qt = np.vstack([qt[:-1], q_ref])       # a full turn: drop the repeated end
+            return qt, np.full(qt.shape[0], int(idx[0])), "coordinate"
+    qt, held, _ = sweep_loop(model, q_ref, GRID_SPACING)
+    return qt, held, "loop"
+
+
+def _distance(model, qa, qb, idx, swept, scales):
+    """How far apart two configurations are, in units of the scales: along the filter's
+    angle where the search swept it, else the largest of all coordinates' (angles modulo a
+    turn: a point coordinate alone takes one value at two places of the loop)."""
+    d = (np.asarray(qa, float) - np.asarray(qb, float)) / scales
+    if swept == "coordinate":
+        return abs(float(wrap_angle(d[idx[0]])))
+    angles = np.asarray(model.angle_coords, int)
+    d[angles] = wrap_angle(d[angles])
+    return float(np.max(np.abs(d)))
 
 
 def _refine(model, idx, q, zd, cost, roll, cost_of, position_step, rate_step, stop,
@@ -362,9 +528,6 @@ class GapReacquisition:
                     and np.any(z_std > REACQUIRE_SPREAD * self.scales[idx])):
                 if idx.size != 1:
                     self.log.append({"start": k, "skipped": "more than one degree of freedom"})
-                elif int(idx[0]) not in set(int(i) for i in self.model.angle_coords):
-                    self.log.append({"start": k, "skipped": "the independent coordinate is "
-                                                            "not an angle"})
                 elif k + self.window - 1 >= len(self.per_step):
                     self.log.append({"start": k, "skipped": "the run ends inside the window"})
                 else:
@@ -376,25 +539,24 @@ class GapReacquisition:
             return None
         start, self.start = self.start, None
         bound = max(2.0 * self.fastest, self.rate_floor) * self.scales[idx[0]]
-        position_step, rate_step = self.spacing(idx)
         try:
             found = search_state(self.model, self.sensors, self.per_step, self.sigmas,
                                  self.q_start, idx, start, k, self.dt, self.forces,
-                                 self.integrator, position_step, rate_step, float(bound))
+                                 self.integrator, self.rate_unit, float(bound), q_end=q)
         except np.linalg.LinAlgError as exc:   # the filter goes on; the search says why
             found = f"a candidate met a singular configuration ({exc})"
         if isinstance(found, str):
             self.log.append({"start": start, "skipped": found})
             return None
         entry = {"start": start, "step": k, "cost": found.cost, "candidates": found.candidates,
-                 "coordinate": int(idx[0]), "z": float(found.q[idx[0]]),
-                 "zd": float(found.zd[0])}
+                 "swept": found.swept, "coordinate": int(idx[0]),
+                 "z": float(found.q[idx[0]]), "zd": float(found.zd[0])}
         # the filter's own state within a rough guess's spread of the state found: it has
         # not lost the crank, and its own estimate (fitted to all the readings, not to the
         # window's alone under the model's errors) is kept
         s = float(self.scales[idx[0]])
-        near = (abs(float(wrap_angle(np.asarray(q, float)[idx[0]] - found.q[idx[0]])))
-                <= REACQUIRE_SPREAD * s
+        near = (_distance(self.model, q, found.q, idx, found.swept, self.scales)
+                <= REACQUIRE_SPREAD
                 and abs(float(np.ravel(zd)[0] - found.zd[0]))
                 <= REACQUIRE_SPREAD * self.rate_unit * s)
         # nor where the state started at the filter's own configuration explains the window
@@ -404,10 +566,14 @@ class GapReacquisition:
         from scipy.stats import chi2
         near = near or (found.own_apart
                         and found.own_cost - found.cost <= chi2.isf(TIE_LEVEL, 2))
+        # nor where no candidate explains the window (its RMS normalized residual beyond
+        # EXPLAINED_RMS sigmas): the search has nothing better to offer
+        explained = found.cost <= EXPLAINED_RMS ** 2 * max(found.readings, 1)
         entry["own_cost"] = found.own_cost
-        entry["restarted"] = not near
+        entry["explained"] = bool(explained)
+        entry["restarted"] = not near and explained
         self.log.append(entry)
-        return None if near else found
+        return found if entry["restarted"] else None
 
     def spacing(self, indices: ArrayLike) -> tuple[float, float]:
         """The search grid's spacing on coordinate indices[0]: GRID_SPACING s and
