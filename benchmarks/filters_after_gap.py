@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import mbfg
+from mbfg.model.scales import coordinate_scales
 from mbfg.model.sensors import wrap_angle
 from mbfg.testing import FAMILIES, FAMILY_DOF, watched_mechanism
 
@@ -56,8 +57,9 @@ def late_error(w, sensors, readings, method, **options):
 
 
 def search_cell(w, res):
-    """What the search did: the found state's error (angle [rad], rate [omega_c]) or why it
-    did not run."""
+    """What the search did: the found state's error in units of its coordinate's scale s
+    (1 rad for an angle, the mechanism's length for a point coordinate) and its rate's in
+    omega_c s, or why it did not run."""
     if res is None:
         return "-"
     out = []
@@ -66,8 +68,11 @@ def search_cell(w, res):
             out.append(f"skipped: {entry['skipped']}")
         else:
             k, j = entry["step"], entry["coordinate"]
-            out.append(f"found {wrap_angle(entry['z'] - w.truth.q[k, j]):+.3f} rad, "
-                       f"{(entry['zd'] - w.truth.qd[k, j]) / w.omega_c:+.3f} ω_c, "
+            s = float(coordinate_scales(w.model)[j])     # 1 rad, or ell for a point's
+            dz = entry["z"] - w.truth.q[k, j]
+            dz = wrap_angle(dz) if j in set(int(i) for i in w.model.angle_coords) else dz / s
+            out.append(f"found {dz:+.3f} s, "
+                       f"{(entry['zd'] - w.truth.qd[k, j]) / (w.omega_c * s):+.3f} ω_c s, "
                        + ("restarted" if entry["restarted"] else "kept its own"))
     return "; ".join(out) or "not triggered"
 
