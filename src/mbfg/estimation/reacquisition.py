@@ -165,7 +165,8 @@ class Reacquired:
     qd: np.ndarray | None = None
     readings: int = 0
 
-    def restart_coordinates(self, indices: ArrayLike, partition=None) -> tuple:
+    def restart_coordinates(self, indices: ArrayLike,
+                            partition: Callable | None = None) -> tuple:
         """The independent coordinates a filter holding ``indices`` restarts with at ``q``
         (its :class:`~mbfg.model.partition.StatePartition`'s choice there, if it has one:
         after a search around the loop its own coordinate may be at a turning point) and
