@@ -18,6 +18,7 @@ from mbfg.model import constraints as C
 from mbfg.model.kkt import minimum_norm, uses_sparse
 from mbfg.model.stacked_sparse import StackedSparse, times
 from mbfg.model.scales import constraint_scales, coordinate_scales
+from mbfg.model.sensors import wrap_angle
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -490,9 +491,9 @@ def _positions_by_continuation(mech, guess, idx, target, tol, max_iter):
     reach beyond two turns)."""
     held = np.isin(idx, mech.angle_coords)
     with np.errstate(invalid="ignore"):              # (a target that is not finite fails)
-        part = np.remainder(target - guess[:, idx] + np.pi, 2 * np.pi) - np.pi
-    # each held angle's goal within half a turn of the guess (a remainder, so bounded even for
-    # a target of 1e300 rad, whose whole turns a rounding would not resolve)
+        part = wrap_angle(target - guess[:, idx])
+    # each held angle's goal within half a turn of the guess (wrapped, so bounded even for a
+    # target of 1e300 rad, whose whole turns a rounding would not resolve)
     goal = np.where(held, guess[:, idx] + part, target)
     jump = np.max(np.abs(goal - guess[:, idx])[:, held], axis=1, initial=0.0)
     q = guess.copy()
@@ -639,15 +640,15 @@ def sweep_loop(
 
     def gap(qa):
         d = (qa - q) / s
-        d[angles] = np.angle(np.exp(1j * d[angles]))
+        d[angles] = wrap_angle(d[angles])
         return float(np.linalg.norm(d))
 
-    out, coord = [q.copy()], []
     t0 = tangent(q, None)
+    out, coord = [q.copy()], [int(np.argmax(np.abs(t0)))]
     closed = False
     for direction in (1.0, -1.0):
         qc, t = q.copy(), direction * t0
-        arc = []
+        arc, arc_coord = [], []
         while len(out) + len(arc) < max_points:
             c = int(np.argmax(np.abs(t)))
             for h in step / 2.0 ** np.arange(5):      # a tight bend: shorter steps
@@ -663,15 +664,14 @@ def sweep_loop(
                 break
             arc.append(qc)
             t = tangent(qc, t)
+            arc_coord.append(int(np.argmax(np.abs(t))))   # the coordinate to hold there
         if direction > 0:
-            out += arc
+            out, coord = out + arc, coord + arc_coord
         else:
-            out = arc[::-1] + out
+            out, coord = arc[::-1] + out, arc_coord[::-1] + coord
         if closed:
             break
-    qs = np.asarray(out)
-    coordinate = np.array([int(np.argmax(np.abs(tangent(qk, None)))) for qk in qs])
-    return qs, coordinate, closed
+    return np.asarray(out), np.array(coord, int), closed
 
 
 def fit_positions_batch(
