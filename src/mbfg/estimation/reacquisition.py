@@ -311,12 +311,13 @@ def search_state(
     def cost_of(r):
         return np.sum(r * r, axis=1)
 
-    def select(groups, keep, score):
+    def select(groups, keep, score=None):
         """The groups' candidates where ``keep`` (over all groups, in order), each group's
-        in the order of ``score``."""
+        in the order of ``score`` (default: as they were)."""
         cut = np.cumsum([0] + [g["q"].shape[0] for g in groups])
         for g, lo, hi in zip(groups, cut[:-1], cut[1:]):
-            order = np.argsort(score[lo:hi], kind="stable")
+            order = (np.arange(hi - lo) if score is None
+                     else np.argsort(score[lo:hi], kind="stable"))
             mine = order[keep[lo:hi][order]]
             g["q"], g["zd"], g["own"] = g["q"][mine], g["zd"][mine], g["own"][mine]
         return [g for g in groups if g["q"].shape[0]]
@@ -330,7 +331,7 @@ def search_state(
         first = np.concatenate([cost_of(r) for r in r1])
         level = max(np.min(first) + chi2.isf(TIE_LEVEL, r1[0].shape[1]),
                     np.partition(first, SURVIVORS - 1)[SURVIVORS - 1])
-        groups = select(groups, first <= level, np.zeros_like(first))
+        groups = select(groups, first <= level)
     if sum(g["q"].shape[0] for g in groups) > SURVIVORS:
         # the first quarter of the readings thins them out
         quarter = read_steps[max(0, len(read_steps) // 4 - 1)]
@@ -382,9 +383,9 @@ def _own_candidate(model, groups, cost, q_end, stop, roll, idx, swept, scales):
             _, st, _, alive = roll(g["q"], g["zd"], stop, g["idx"])
         except np.linalg.LinAlgError:
             alive = np.zeros(0, int)
-        for row, i in enumerate(alive):
-            near[offset + i] = (_distance(model, q_end, st.q[row], idx, swept, scales)
-                                <= REACQUIRE_SPREAD)
+        if alive.size:
+            near[offset + alive] = (_distance(model, q_end, st.q, idx, swept, scales)
+                                    <= REACQUIRE_SPREAD)
         offset += g["q"].shape[0]
     near &= np.isfinite(cost)
     if not near.any():
@@ -409,15 +410,16 @@ def _candidate_configurations(model, q_ref, idx, scales):
 
 
 def _distance(model, qa, qb, idx, swept, scales):
-    """How far apart two configurations are, in units of the scales: along the filter's
-    angle where the search swept it, else the largest of all coordinates' (angles modulo a
-    turn: a point coordinate alone takes one value at two places of the loop)."""
-    d = (np.asarray(qa, float) - np.asarray(qb, float)) / scales
+    """How far configuration qa (n,) is from qb (n,) or from each row of qb (N, n), in units
+    of the scales: along the filter's angle where the search swept it, else the largest of
+    all coordinates' (angles modulo a turn: a point coordinate alone takes one value at two
+    places of the loop); a float, or (N,)."""
+    d = (np.asarray(qb, float) - np.asarray(qa, float)) / scales
     if swept == "coordinate":
-        return abs(float(wrap_angle(d[idx[0]])))
+        return np.abs(wrap_angle(d[..., idx[0]]))
     angles = np.asarray(model.angle_coords, int)
-    d[angles] = wrap_angle(d[angles])
-    return float(np.max(np.abs(d)))
+    d[..., angles] = wrap_angle(d[..., angles])
+    return np.max(np.abs(d), axis=-1)
 
 
 def _refine(model, idx, q, zd, cost, roll, cost_of, position_step, rate_step, stop,
