@@ -217,13 +217,12 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
                 new, zd = found.restart_coordinates(idx, partition)
                 if not np.array_equal(new, idx):
                     idx = new
-                    SigP = review_noise(model, idx, dt, p0, qc, sigma2_acc, fe)[1]
                     switches.append((k, tuple(int(i) for i in idx)))
                 zd = zd[None]
                 st = independent_state(model, found.q[None], idx, zd,
                                        applied_forces(Qfun, tk, Qz, idx, n, 1))
                 z = st.q[:, idx].copy()
-                P = review_noise(model, idx, dt, p0, qc, sigma2_acc, fe)[0]
+                P, SigP = review_noise(model, idx, dt, p0, qc, sigma2_acc, fe)
             avail = per_step[k]
             if avail:
                 # ---- correction (Eqs. 71-75): innovation of the model's virtual sensors
@@ -476,11 +475,10 @@ def ukf(
                 new, zd_found = found.restart_coordinates(idx, partition)
                 if not np.array_equal(new, idx):
                     idx = new
-                    SigP = review_noise(model, idx, dt, p0, qc)[1]
                     switches.append((k, tuple(int(i) for i in idx)))
                 x = np.concatenate([found.q[idx], zd_found])
                 qbar = found.q
-                P = review_noise(model, idx, dt, p0, qc)[0]
+                P, SigP = review_noise(model, idx, dt, p0, qc)
             avail = per_step[k]
             if avail:
                 X = sigma_points(x, P, zeta)
