@@ -12,12 +12,21 @@ mechanism's length over [5, 6] / omega_c, without the gap, with the gap and the 
 search did (the error of the state it found against the truth, and whether the filter
 restarted from it or kept its own state, or why it did not run).
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/filters_after_gap.py [--seed 31]
+With several seeds (``--seeds 31 32 ...``) a summary per filter follows, over every seed,
+family and scale: how many rows are back within 2x of their gap-free error with the search
+and without it (issue 14 item 2's bar), the geometric mean and the worst of the ratio
+after / gap-free, and the geometric mean of with / without the search.  ``--jsonl FILE``
+writes each row (errors as numbers, a refusal as its exception's name, and the search's log
+entries) for other tools.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/filters_after_gap.py [--seeds 31 ...]
         [--families crank-rocker ...] [--estimators ekf ukf ...] [--scales 0.01:0.001 4:200]
+        [--jsonl rows.jsonl]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -53,7 +62,44 @@ def late_error(w, sensors, readings, method, **options):
         return type(exc).__name__, None
     late = slice(int(round(LATE / (w.omega_c * w.dt))), None)
     err = res.q[late][:, w.points] - w.truth.q[late][:, w.points]
-    return f"{np.sqrt(np.mean(err ** 2)) / w.ell:.2e}", res
+    return float(np.sqrt(np.mean(err ** 2)) / w.ell), res
+
+
+def cell(value):
+    """A late error as printed: 3 digits, or the refusal's name."""
+    return f"{value:.2e}" if isinstance(value, float) else value
+
+
+def summary(rows):
+    """Markdown lines: per filter over ``rows`` (dicts of :func:`main`), rows back within 2x
+    of their gap-free error with the search / without it, the geometric mean and the worst
+    of after / gap-free with the search, and the geometric mean of with / without it (rows
+    where either refused are counted apart)."""
+    out = ["| filter | rows | within 2x of gap-free: search / no search | refused: search / "
+           "no search | after / gap-free: geometric mean, worst | search / no search: "
+           "geometric mean |", "|---|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["filter"] for r in rows):
+        mine = [r for r in rows if r["filter"] == name]
+        usable = [r for r in mine if isinstance(r["free"], float)]
+
+        def within(key):
+            return sum(isinstance(r[key], float) and r[key] <= 2.0 * r["free"] for r in usable)
+
+        def refused(key):
+            return sum(not isinstance(r[key], float) for r in mine)
+
+        both = [r for r in usable if isinstance(r["search"], float)]
+        ratio = [r["search"] / r["free"] for r in both]
+        worst = max(both, key=lambda r: r["search"] / r["free"], default=None)
+        pair = [r["search"] / r["plain"] for r in both if isinstance(r["plain"], float)]
+        geo = (lambda v: f"x{np.exp(np.mean(np.log(v))):.2f}" if v else "-")
+        worst_cell = ("-" if worst is None else
+                      f"x{worst['search'] / worst['free']:.1f} ({worst['family']}, seed "
+                      f"{worst['seed']}, {worst['length']:g} m)")
+        out.append(f"| {name} | {len(mine)} | {within('search')} / {within('plain')} | "
+                   f"{refused('search')} / {refused('plain')} | {geo(ratio)}, {worst_cell} | "
+                   f"{geo(pair)} |")
+    return out
 
 
 def search_cell(w, res):
@@ -79,31 +125,53 @@ def search_cell(w, res):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seed", type=int, default=31, help="the generator's seed")
+    ap.add_argument("--seeds", "--seed", type=int, nargs="+", default=[31],
+                    help="the generator's seeds")
     ap.add_argument("--families", nargs="+",
                     default=[f for f in FAMILIES if FAMILY_DOF[f] == 1 and not f.startswith("chain")])
     ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS))
     ap.add_argument("--scales", nargs="+", default=["0.01:0.001", "4:200"],
                     metavar="LENGTH:MASS")
+    ap.add_argument("--jsonl", type=Path, help="write every row here, one JSON object a line")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     print(f"Machine: {machine_info()}\n")
-    print(f"Generated mechanisms, seed {args.seed}, a gyroscope on body 0 only; no reading over "
-          f"[{GAP[0]:g}, {GAP[1]:g}] / omega_c; point-coordinate RMSE / ell over "
-          f"[{LATE:g}, 6] / omega_c.\n")
-    print("| family | scale | filter | without gap | gap, no search | gap, search | "
-          "the search |")
-    print("|---|---|---|---|---|---|---|")
-    for family in args.families:
-        for scale in args.scales:
-            length, mass = (float(x) for x in scale.split(":"))
-            w, sensors, readings, gapped = case(family, args.seed, length, mass)
-            for name in args.estimators:
-                free = late_error(w, sensors, readings, name)[0]
-                plain = late_error(w, sensors, gapped, name, reacquire=False)[0]
-                found, res = late_error(w, sensors, gapped, name)
-                print(f"| {family} | {length:g} m, {mass:g} kg | {name} | {free} | {plain} | "
-                      f"{found} | {search_cell(w, res)} |", flush=True)
+    rows = []
+    sink = open(args.jsonl, "w", encoding="utf-8") if args.jsonl else None
+    try:
+        for seed in args.seeds:
+            print(f"Generated mechanisms, seed {seed}, a gyroscope on body 0 only; no reading "
+                  f"over [{GAP[0]:g}, {GAP[1]:g}] / omega_c; point-coordinate RMSE / ell over "
+                  f"[{LATE:g}, 6] / omega_c.\n")
+            print("| family | scale | filter | without gap | gap, no search | gap, search | "
+                  "the search |")
+            print("|---|---|---|---|---|---|---|")
+            for family in args.families:
+                for scale in args.scales:
+                    length, mass = (float(x) for x in scale.split(":"))
+                    w, sensors, readings, gapped = case(family, seed, length, mass)
+                    for name in args.estimators:
+                        free = late_error(w, sensors, readings, name)[0]
+                        plain = late_error(w, sensors, gapped, name, reacquire=False)[0]
+                        found, res = late_error(w, sensors, gapped, name)
+                        print(f"| {family} | {length:g} m, {mass:g} kg | {name} | {cell(free)} | "
+                              f"{cell(plain)} | {cell(found)} | {search_cell(w, res)} |",
+                              flush=True)
+                        row = dict(seed=seed, family=family, length=length, mass=mass,
+                                   filter=name, free=free, plain=plain, search=found)
+                        rows.append(row)
+                        if sink:
+                            log = [] if res is None else res.stats.extra.get("reacquisitions", [])
+                            sink.write(json.dumps(dict(row, search_log=log), default=float) + "\n")
+                            sink.flush()
+            print()
+    finally:
+        if sink:
+            sink.close()
+    if len(args.seeds) > 1:
+        print(f"Summary over seeds {', '.join(map(str, args.seeds))}; families: "
+              f"{len(args.families)}; scales: {', '.join(args.scales)}.\n")
+        print("\n".join(summary(rows)))
 
 
 if __name__ == "__main__":
