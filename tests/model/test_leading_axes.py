@@ -54,3 +54,23 @@ def test_one_configuration_with_many_states(name, kernel):
     assert np.array_equal(f(m, Qs, V[0], A[0], lam[0]),
                           f(m, Qs, np.tile(V[0], (T, 1)), np.tile(A[0], (T, 1)),
                             np.tile(lam[0], (T, 1))))
+
+
+def test_a_singular_member_of_a_batch_is_lost_alone():
+    """velocity_transform over many configurations: one where [Phi_q'; B] is singular gets NaN
+    and the others what each gives alone (a particle filter's cloud used to die with numpy's
+    LinAlgError when one particle met a rocker's turning point); one configuration, or a
+    batch of one, raises as before."""
+    from mbfg.model.kinematics import _inverse_each
+    rng = np.random.default_rng(3)
+    K = rng.normal(size=(4, 3, 3))
+    K[2] = 0.0
+    K[2, 0, 0] = 1.0                                    # rank 1
+    out = _inverse_each(K)
+    assert np.all(np.isnan(out[2]))
+    for i in (0, 1, 3):
+        np.testing.assert_array_equal(out[i], np.linalg.inv(K[i]))
+    with pytest.raises(np.linalg.LinAlgError):
+        _inverse_each(K[2])
+    with pytest.raises(np.linalg.LinAlgError):
+        _inverse_each(K[2:3])

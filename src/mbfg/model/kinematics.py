@@ -196,14 +196,35 @@ def velocity_transform(
 
     qdot = S b + R zdot (Eq. 11);  qddot = S c + R zddot (Eq. 12), with b and c taken on the
     same rows.  Vectorized over leading axes of ``q``; ``J`` is Phi_q(q) of all rows when the
-    caller already has it."""
+    caller already has it.  In a batch of several configurations, one where [Phi_q'; B] is
+    singular (the coordinates ``indices`` turn back there: a rocker's point at its limit) gets
+    NaN rows and the others their transforms (a particle or sigma point that meets it is
+    lost, not the whole cloud); a single configuration raises ``LinAlgError``."""
     Jall = C.constraint_jacobian(mech, q) if J is None else J
     rows = C.independent_rows(mech, q, Jall) if rows is None else rows
     J = C.take_rows(Jall, rows, 1)
     B = np.broadcast_to(selection_matrix(mech.n, indices), J.shape[:-2] + (len(indices), mech.n))
-    Kinv = np.linalg.inv(np.concatenate([J, B], axis=-2))
+    Kinv = _inverse_each(np.concatenate([J, B], axis=-2))
     mr = J.shape[-2]
     return Kinv[..., :, mr:], Kinv[..., :, :mr]
+
+
+def _inverse_each(K: np.ndarray) -> np.ndarray:
+    """np.linalg.inv over the leading axes, NaN for a singular member of a batch of several
+    (a single matrix, or a batch of one, raises as np.linalg.inv does)."""
+    try:
+        return np.linalg.inv(K)
+    except np.linalg.LinAlgError:
+        if int(np.prod(K.shape[:-2])) <= 1:
+            raise
+    flat = K.reshape((-1,) + K.shape[-2:])
+    out = np.full(flat.shape, np.nan)
+    for i, Ki in enumerate(flat):          # the rare path: a batch with a singular member
+        try:
+            out[i] = np.linalg.inv(Ki)
+        except np.linalg.LinAlgError:
+            pass
+    return out.reshape(K.shape)
 
 
 def velocity_sensitivity(
