@@ -72,12 +72,13 @@ def cell(value):
 
 def summary(rows):
     """Markdown lines: per filter over ``rows`` (dicts of :func:`main`), rows back within 2x
-    of their gap-free error with the search / without it, the geometric mean and the worst
-    of after / gap-free with the search, and the geometric mean of with / without it (rows
-    where either refused are counted apart)."""
-    out = ["| filter | rows | within 2x of gap-free: search / no search | refused: search / "
-           "no search | after / gap-free: geometric mean, worst | search / no search: "
-           "geometric mean |", "|---|---|---|---|---|---|"]
+    of their gap-free error with the search / without it, the runs that refused (without
+    the gap, with it and without the search, with both), the geometric mean and the worst of
+    after / gap-free with the search, and the geometric mean of with / without it (over the
+    rows where neither refused)."""
+    out = ["| filter | rows | within 2x of gap-free: search / no search | refused: without "
+           "gap / gap, no search / gap, search | after / gap-free: geometric mean, worst | "
+           "search / no search: geometric mean |", "|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["filter"] for r in rows):
         mine = [r for r in rows if r["filter"] == name]
         usable = [r for r in mine if isinstance(r["free"], float)]
@@ -97,7 +98,8 @@ def summary(rows):
                       f"x{worst['search'] / worst['free']:.1f} ({worst['family']}, seed "
                       f"{worst['seed']}, {worst['length']:g} m)")
         out.append(f"| {name} | {len(mine)} | {within('search')} / {within('plain')} | "
-                   f"{refused('search')} / {refused('plain')} | {geo(ratio)}, {worst_cell} | "
+                   f"{refused('free')} / {refused('plain')} / {refused('search')} | "
+                   f"{geo(ratio)}, {worst_cell} | "
                    f"{geo(pair)} |")
     return out
 
