@@ -36,7 +36,10 @@ mechanism's whole turn against the first readings after the gap:
    REACQUIRE_SPREAD s (and REACQUIRE_SPREAD omega_c s in rate) of the best candidate's, it
    has not lost the crank and goes on as it was: its estimate rests on all its readings,
    the search's on the window's alone, which the model's errors bias (by 0.1-0.2 rad on
-   some generated mechanisms with gravity 10 % weak).  So it does where the candidate that
+   some generated mechanisms with gravity 10 % weak; restarting such filters anyway, for
+   all or for the EKF, DEKF and UKF only, moved 2 of 250 generated rows under the issue's
+   bar, made 13-26 worse and 26-37 better: docs/benchmarks.md, "Should a filter near the
+   search's state restart from it?").  So it does where the candidate that
    stands for the filter lies in another part of the turn and explains the window about as
    well as the best (:data:`TIE_LEVEL`): some mechanisms' readings fit a second part of the
    turn as well (a generated quick-return, half a turn away).  That candidate is the
