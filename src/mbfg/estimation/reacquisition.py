@@ -85,11 +85,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.estimation.common import (applied_forces, innovation, predict_readings,
-                                    reading_variances, wrap_angle)
+                                    reading_variances)
 from mbfg.model.dynamics import independent_state
 from mbfg.model.identification import characteristic_rate
 from mbfg.model.integrate import dependent_step, independent_step
-from mbfg.model.kinematics import solve_positions_batch, sweep_configurations, sweep_loop
+from mbfg.model.kinematics import (scaled_difference, solve_positions_batch,
+                                   sweep_configurations, sweep_loop)
 from mbfg.model.scales import coordinate_scales
 
 if TYPE_CHECKING:
@@ -361,18 +362,18 @@ def search_state(
     cidx = groups[which[best]]["idx"]
     r, st, zd_end, _ = roll(q[best:best + 1], zd[best:best + 1], stop, cidx)
     rate = zd_end[0].copy() if cidx[0] == idx[0] else st.qd[0, idx].copy()
-    mine = _own_candidate(model, groups, cost, q_end, stop, roll, idx, swept, scales)
+    mine = _own_candidate(model, groups, cost, q_end, stop, roll, idx, swept)
     if mine is None:
         mine = int(np.flatnonzero(own)[np.argmin(cost[own])]) if own.any() else best
-        apart = _distance(model, q[mine], q[best], idx, swept, scales) > REACQUIRE_SPREAD
+        apart = _distance(model, q[mine], q[best], idx, swept) > REACQUIRE_SPREAD
     else:
-        apart = _distance(model, q_end, st.q[0], idx, swept, scales) > REACQUIRE_SPREAD
+        apart = _distance(model, q_end, st.q[0], idx, swept) > REACQUIRE_SPREAD
     return Reacquired(q=st.q[0].copy(), zd=rate, cost=float(cost[best]),
                       candidates=count, own_cost=float(cost[mine]), own_apart=apart,
                       swept=swept, qd=st.qd[0].copy(), readings=int(r.shape[1]))
 
 
-def _own_candidate(model, groups, cost, q_end, stop, roll, idx, swept, scales):
+def _own_candidate(model, groups, cost, q_end, stop, roll, idx, swept):
     """The index (into the concatenated groups) of the cheapest candidate whose state at
     ``stop`` lies within REACQUIRE_SPREAD of the filter's own ``q_end``, or None (no q_end,
     or no such candidate)."""
@@ -387,7 +388,7 @@ def _own_candidate(model, groups, cost, q_end, stop, roll, idx, swept, scales):
         except np.linalg.LinAlgError:
             alive = np.zeros(0, int)
         if alive.size:
-            near[offset + alive] = (_distance(model, q_end, st.q, idx, swept, scales)
+            near[offset + alive] = (_distance(model, q_end, st.q, idx, swept)
                                     <= REACQUIRE_SPREAD)
         offset += g["q"].shape[0]
     near &= np.isfinite(cost)
@@ -412,16 +413,14 @@ def _candidate_configurations(model, q_ref, idx, scales):
     return qt, held, "loop"
 
 
-def _distance(model, qa, qb, idx, swept, scales):
+def _distance(model, qa, qb, idx, swept):
     """How far configuration qa (n,) is from qb (n,) or from each row of qb (N, n), in units
     of the scales: along the filter's angle where the search swept it, else the largest of
     all coordinates' (angles modulo a turn: a point coordinate alone takes one value at two
     places of the loop); a float, or (N,)."""
-    d = (np.asarray(qb, float) - np.asarray(qa, float)) / scales
+    d = scaled_difference(model, qa, qb)
     if swept == "coordinate":
-        return np.abs(wrap_angle(d[..., idx[0]]))
-    angles = np.asarray(model.angle_coords, int)
-    d[..., angles] = wrap_angle(d[..., angles])
+        return np.abs(d[..., idx[0]])
     return np.max(np.abs(d), axis=-1)
 
 
@@ -561,7 +560,7 @@ class GapReacquisition:
         # not lost the crank, and its own estimate (fitted to all the readings, not to the
         # window's alone under the model's errors) is kept
         s = float(self.scales[idx[0]])
-        near = (_distance(self.model, q, found.q, idx, found.swept, self.scales)
+        near = (_distance(self.model, q, found.q, idx, found.swept)
                 <= REACQUIRE_SPREAD
                 and abs(float(np.ravel(zd)[0] - found.zd[0]))
                 <= REACQUIRE_SPREAD * self.rate_unit * s)

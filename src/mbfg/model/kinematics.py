@@ -612,6 +612,15 @@ def sweep_configurations(
     return np.asarray(zs)[order], np.asarray(qs)[order]
 
 
+def scaled_difference(mech: Mechanism, qa: ArrayLike, qb: ArrayLike) -> np.ndarray:
+    """qb - qa in units of the coordinates' scales (:func:`mbfg.model.scales.coordinate_scales`),
+    angles taken modulo a turn: (..., n), broadcast over leading axes (dimensionless)."""
+    d = (np.asarray(qb, float) - np.asarray(qa, float)) / coordinate_scales(mech)
+    angles = np.asarray(mech.angle_coords, int)
+    d[..., angles] = wrap_angle(d[..., angles])
+    return d
+
+
 def sweep_loop(
     mech: Mechanism,
     q: ArrayLike,
@@ -650,7 +659,6 @@ def sweep_loop(
     """
     q = np.asarray(q, float)
     s = coordinate_scales(mech)
-    angles = np.isin(np.arange(mech.n), mech.angle_coords)
 
     def tangent(qc, previous):
         J = C.constraint_jacobian(mech, qc) * s
@@ -660,9 +668,7 @@ def sweep_loop(
         return t
 
     def gap(qa):
-        d = (qa - q) / s
-        d[angles] = wrap_angle(d[angles])
-        return float(np.linalg.norm(d))
+        return float(np.linalg.norm(scaled_difference(mech, q, qa)))
 
     t0 = tangent(q, None)
     out, coord = [q.copy()], [int(np.argmax(np.abs(t0)))]
@@ -877,6 +883,6 @@ __all__ = [
     "solve_velocity", "acceleration_rhs", "solve_acceleration", "project_velocity",
     "release_state", "branch_point",
     "point_coordinate_indices", "inverse_kinematics_point_path", "solve_positions_batch",
-    "sweep_configurations", "sweep_loop",
+    "sweep_configurations", "sweep_loop", "scaled_difference",
     "project_velocities_batch", "StateProjection"
 ]
