@@ -194,3 +194,49 @@ def test_the_particle_filter_survives_a_particle_at_a_singular_configuration():
         late.append(float(np.sqrt(np.mean(err ** 2))) / w.ell)
     assert np.isfinite(late).all(), late
     np.testing.assert_allclose(late[0], late[1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.3, 2.0 ** -10])
+def test_unscented_moments_are_the_weighted_sums(alpha):
+    """The moments taken about the central sigma point are the review's weighted sums
+    (Eqs. 38-39, 42-43) written out here, for the usual spread and a small one; at a small
+    spread those sums cancel between weights of -1/alpha^2 and +1/alpha^2, so the reference
+    is evaluated in extended precision.  Their covariance stays positive semi-definite."""
+    from mbfg.estimation.common import sigma_points, unscented_moments, unscented_weights
+    rng = np.random.default_rng(5)
+    l, m = 4, 3
+    A = rng.normal(size=(l, l))
+    P = A @ A.T
+    Wm, Wc, zeta = unscented_weights(l, alpha, 2.0, 0.0)
+    X = sigma_points(rng.normal(size=l), P, zeta)
+    Y = np.tanh(X[:, :m] @ rng.normal(size=(m, m))) + X[:, 1:m + 1] ** 2   # a curved map
+    Xe, Ye, We, Wce = (np.asarray(a, np.longdouble) for a in (X, Y, Wm, Wc))
+    ybar = We @ Ye
+    cov = ((Wce[:, None] * (Ye - ybar)).T @ (Ye - ybar)).astype(float)
+    cross = ((Wce[:, None] * (Xe - We @ Xe)).T @ (Ye - ybar)).astype(float)
+    mean, c, x = unscented_moments(Wm, Wc, Y, X)
+    scale = np.max(np.abs(Y))
+    tol = 1e-12 * scale / alpha ** 2 if np.finfo(np.longdouble).eps < 1e-17 else 1e-6
+    np.testing.assert_allclose(mean, ybar.astype(float), atol=tol)
+    np.testing.assert_allclose(c, cov, atol=tol * scale)
+    np.testing.assert_allclose(x, cross, atol=tol * np.max(np.abs(X)))
+    assert np.linalg.eigvalsh(c).min() >= -1e-12 * np.linalg.eigvalsh(c).max()
+
+
+def test_first_order_unscented_moments_are_exact_for_a_linear_map():
+    """For Y = X A^T + b the first-order moments are the linear map's: mean x A^T + b,
+    covariance A P A^T, cross-covariance P A^T (any spread)."""
+    from mbfg.estimation.common import sigma_points, unscented_moments, unscented_weights
+    rng = np.random.default_rng(6)
+    l, m = 4, 2
+    B = rng.normal(size=(l, l))
+    P = B @ B.T
+    A, b, x = rng.normal(size=(m, l)), rng.normal(size=m), rng.normal(size=l)
+    for alpha in (1.0, 1e-3):
+        Wm, Wc, zeta = unscented_weights(l, alpha, 2.0, 0.0)
+        X = sigma_points(x, P, zeta)
+        mean, cov, cross = unscented_moments(Wm, Wc, X @ A.T + b, X, first_order=True)
+        np.testing.assert_allclose(mean, A @ x + b, rtol=1e-12, atol=1e-12)
+        APA = A @ P @ A.T
+        np.testing.assert_allclose(cov, APA, rtol=1e-6, atol=1e-9 * np.abs(APA).max())
+        np.testing.assert_allclose(cross, P @ A.T, rtol=1e-6, atol=1e-9 * np.abs(P).max())

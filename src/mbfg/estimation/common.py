@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "prepare_readings",
            "predict_readings", "innovation", "reading_variances", "gate", "check_gate", "observation_jacobian",
-           "white_acceleration_noise", "unscented_weights", "sigma_points", "systematic_resample",
+           "white_acceleration_noise", "unscented_weights", "unscented_moments", "sigma_points",
+           "systematic_resample",
            "weighted_mean", "applied_forces", "initial_state", "error_map", "carried_covariance",
            "filter_result", "wrap_angle",
            "readings_on_grid"]
@@ -221,6 +222,34 @@ def unscented_weights(l: int, alpha: float = 1.0, beta: float = 2.0, kappa: floa
     Wm[0] = lam / (l + lam)
     Wc[0] = Wm[0] + (1 - alpha ** 2 + beta)
     return Wm, Wc, float(np.sqrt(l + lam))
+
+
+def unscented_moments(
+    Wm: np.ndarray, Wc: np.ndarray, Y: np.ndarray, X: np.ndarray | None = None, *,
+    first_order: bool = False,
+) -> tuple:
+    """Mean (m,) and covariance (m, m) of the transformed sigma points Y (2l+1, m) and, with
+    the sigma points X (2l+1, l), their cross-covariance (l, m) (review Eqs. 38-39, 42-43).
+
+    Taken about the central point: with D_i = Y_i - Y_0,
+    ybar = Y_0 + sum_i>0 Wm_i D_i and P = sum_i>0 Wm_i D_i D_i^T + c (ybar - Y_0)(ybar - Y_0)^T,
+    c = Wc_0 - Wm_0 - 1 = beta - alpha^2: the same sums as sum_i Wc_i (Y_i - ybar)(...)^T,
+    without the cancellation between Wm_0 ~ -1/alpha^2 and the others that a small alpha
+    (:func:`unscented_weights`) brings; P stays positive semi-definite for beta >= alpha^2.
+
+    ``first_order``: ybar = Y_0 and c = 0, the linearization by central differences that the
+    transform tends to as alpha -> 0 without its second-order mean shift, whose weights
+    ~ 1/alpha^2 would amplify any roughness of the map at the sigma points' small spread."""
+    c = 0.0 if first_order else Wc[0] - Wm[0] - 1.0
+    D = Y[1:] - Y[0]
+    shift = np.zeros(Y.shape[1]) if first_order else Wm[1:] @ D
+    mean = Y[0] + shift
+    cov = (Wm[1:, None] * D).T @ D + c * np.outer(shift, shift)
+    if X is None:
+        return mean, cov
+    DX = X[1:] - X[0]
+    cross = (Wm[1:, None] * DX).T @ D + c * np.outer(Wm[1:] @ DX, shift)
+    return mean, cov, cross
 
 
 def sigma_points(x: ArrayLike, P: ArrayLike, zeta: float) -> np.ndarray:
