@@ -27,10 +27,11 @@ from mbfg.errors import ConvergenceError
 from mbfg.estimation import kalman as KF
 from mbfg.estimation.common import error_map
 from mbfg.estimation.particle import default_branch_points
+from mbfg.model import constraints as C
 from mbfg.model.dynamics import independent_state
 from mbfg.model.kinematics import choose_independent_coordinates, solve_positions_batch
 from mbfg.model.partition import best_coordinates
-from mbfg.model.scales import coordinate_scales
+from mbfg.model.scales import constraint_scales, coordinate_scales
 from mbfg.testing import check_jacobian, watched_mechanism
 
 SCALES = [(1e-2, 1e-3), (4.0, 200.0)]
@@ -240,3 +241,28 @@ def test_first_order_unscented_moments_are_exact_for_a_linear_map():
         APA = A @ P @ A.T
         np.testing.assert_allclose(cov, APA, rtol=1e-6, atol=1e-9 * np.abs(APA).max())
         np.testing.assert_allclose(cross, P @ A.T, rtol=1e-6, atol=1e-9 * np.abs(P).max())
+
+
+@pytest.mark.parametrize("length,mass", [(1e-2, 1e-3), (4.0, 200.0)])
+def test_a_correction_past_a_turning_point_goes_as_far_as_the_mechanism(length, mass):
+    """The EKF family's position correction asked past the turning point of its held point
+    coordinate (the first readings after a gap on a rocker) used to leave the constraints
+    (the linearized Eq. 76 as a fallback) and the run ended as diverged.  It is now taken
+    in halves until the position problem has a solution: on the constraint manifold, at
+    z + part dz with part a power of 1/2, and the part is unit-free."""
+    w = _watched("double-rocker", length, mass)
+    q = w.truth.q[:1]
+    s = coordinate_scales(w.model)
+    k = int(np.argmax(np.ptp(w.truth.q[:, w.points], axis=0)))
+    j = int(w.points[k])                              # the point coordinate that moves most
+    idx = np.array([j])
+    z = q[:, idx][0]
+    dz = np.array([20.0 * s[j]])                     # far past the coordinate's reach
+    assert not solve_positions_batch(w.model, q, idx, z + dz)[1][0]
+    qn, part = KF._corrected_positions(w.model, q, idx, z, dz)
+    assert 0.0 < part < 1.0 and np.log2(part) == np.round(np.log2(part)), part
+    np.testing.assert_allclose(qn[0, j], z[0] + part * dz[0], rtol=0, atol=1e-9 * s[j])
+    off = np.abs(C.position_constraints(w.model, qn[0])) / constraint_scales(w.model, qn[0])
+    assert np.max(off) < 1e-9, off
+    _, ok = solve_positions_batch(w.model, q, idx, z + 2 * part * dz)
+    assert not ok[0]

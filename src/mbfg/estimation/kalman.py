@@ -47,6 +47,14 @@ Simplifications with respect to the review (see also each function):
 * the covariance update uses the Joseph form (same result, numerically safer);
 * the UKF redraws sigma points from (x^-, P^-) for the measurement update instead of
   reusing the propagated ones (the review mentions both).
+
+Where the independent coordinates cannot hold a step (the review's filters run on a
+crank-rocker whose crank angle never turns back; a rocker's coordinates all do):
+
+* the EKF family's position correction, where z + dz is beyond the held coordinates' reach,
+  is taken in halves until the position problem has a solution (``_corrected_positions``;
+  the review's linearized Eq. 76 was the fallback and left the constraints); a prediction
+  step that passes their turning point is taken again in the coordinates best at its start.
 """
 from __future__ import annotations
 
@@ -67,7 +75,7 @@ from mbfg.model.forces import force_function
 from mbfg.model.identification import characteristic_rate
 from mbfg.model.integrate import independent_step
 from mbfg.model.kinematics import solve_positions_batch
-from mbfg.model.partition import StatePartition
+from mbfg.model.partition import StatePartition, best_coordinates
 from mbfg.model.scales import coordinate_scales
 
 if TYPE_CHECKING:
@@ -155,6 +163,28 @@ def _stopped(exc: Exception, k: int, outputs: tuple, used: np.ndarray, idx: np.n
 
 
 # ======================================================================= EKF family
+SHRINK_STEPS = 10
+"""Halvings at most of a filter's step that leaves the region its independent coordinates
+describe: the EKF family's correction (:func:`_corrected_positions`)."""
+
+
+def _corrected_positions(model, q, idx, z, dz):
+    """The configuration (1, n) at the corrected coordinates z + part dz (d,), with part the
+    largest of 1, 1/2, 1/4, ... (:data:`SHRINK_STEPS` halvings) at which the position
+    problem from q (1, n) has a solution, and part (0 and q itself if none has).  A
+    correction larger than the coordinates' reach (the first readings after a gap asking
+    past a rocker's turning point) is taken as far as the mechanism goes, on the constraint
+    manifold; the next readings carry on, in coordinates the partition chooses there."""
+    part = 1.0
+    for _ in range(SHRINK_STEPS + 1):
+        qn, ok = solve_positions_batch(model, q, idx, z + part * dz)
+        if ok[0]:
+            return qn, part
+        part *= 0.5
+    return np.array(q, float), 0.0
+
+
+
 def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, integrator,
                 indices=None, forces=None, sensor_sigmas=None, p0=None, qc=None,
                 sigma2_acc=None, linear_position_correction=False,
@@ -196,19 +226,44 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
     zddstd = np.empty((n_steps, d)) if fe else None
     n_updates = 0
     failure = None
+
+    def move_to(new, t):
+        """The filter's state at time t, its covariance, force and plant noise carried to the
+        independent coordinates ``new``."""
+        nonlocal P, Qz, idx, z, zd, st, SigP
+        P = carried_covariance(model, st, P, idx, new, order)
+        if fe:                                     # the same generalized force on the new ones
+            Qz = np.linalg.solve(st.R[0][new].T, Qz[0])[None]
+        idx = new
+        z, zd = st.q[:, idx].copy(), st.qd[:, idx].copy()
+        st = independent_state(model, st.q, idx, zd, applied_forces(Qfun, t, Qz, idx, n, 1))
+        SigP = review_noise(model, idx, dt, p0, qc, sigma2_acc, fe)[1]
+
     try:
         for k in range(n_steps):
             tk = k * dt
             if k > 0:
                 # ---- prediction: integrate the multibody model; x^- = 0 (error state, Eq. 69)
+                Qk = applied_forces(Qfun, tk, Qz, idx, n, 1)
+                st1, z1, zd1, held = independent_step(model, st.q, z, zd, st.zdd, idx, dt, Qk,
+                                                      integrator)
+                if not held[0] and partition is not None:
+                    # the step passes the held coordinates' turning point: once more in the
+                    # coordinates best at its start
+                    best = np.asarray(best_coordinates(model, st.q[0], partition.scale)[0])
+                    if not np.array_equal(best, idx):
+                        move_to(best, tk - dt)
+                        switches.append((k, tuple(int(i) for i in idx)))
+                        Qk = applied_forces(Qfun, tk, Qz, idx, n, 1)
+                        st1, z1, zd1, _ = independent_step(model, st.q, z, zd, st.zdd, idx, dt,
+                                                           Qk, integrator)
                 if exact_jacobian:
                     mj = manifold_jacobians(model, st, applied_forces(Qfun, tk - dt, Qz, idx, n, 1)[0])
                     fz, fzd = mj.dqdd_dz[idx], mj.dqdd_dzd[idx]
                     F = F.copy()
                     # forward Euler of zd' = zd + dt (zdd(z, zd) + a)
                     F[d:2 * d, :d], F[d:2 * d, d:2 * d] = dt * fz, I + dt * fzd
-                Qk = applied_forces(Qfun, tk, Qz, idx, n, 1)
-                st, z, zd, _ = independent_step(model, st.q, z, zd, st.zdd, idx, dt, Qk, integrator)
+                st, z, zd = st1, z1, zd1
                 P = F @ P @ F.T + SigP                                       # Eq. 70
             found = watch.observe(k, st.q[0], idx, zd[0], np.sqrt(np.diag(P)[:d]))
             if found is not None:          # the readings resumed after a gap: restart
@@ -243,17 +298,15 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
                 P = A @ P @ A.T + K @ Rk @ K.T
                 P = 0.5 * (P + P.T)
                 # ---- feed the estimated errors back into the model (Sect. 7.1, 7.3)
+                if linear_position_correction:
+                    qn = st.q + (st.R[0] @ dx[:d])[None]                  # Eq. 76
+                    qn[:, idx] = z + dx[:d]
+                else:
+                    qn, part = _corrected_positions(model, st.q, idx, z, dx[:d])
+                    dx = part * dx
                 dz, dzd = dx[:d], dx[d:2 * d]
                 z = z + dz
                 zd = zd + dzd
-                if linear_position_correction:
-                    qn = st.q + (st.R[0] @ dz)[None]                      # Eq. 76
-                    qn[:, idx] = z
-                else:
-                    qn, ok = solve_positions_batch(model, st.q, idx, z)
-                    if not ok[0]:
-                        qn = st.q + (st.R[0] @ dz)[None]
-                        qn[:, idx] = z
                 if fe:
                     dzdd = dx[2 * d:]
                     Qz = Qz + (st.Mbar[0] @ dzdd)[None]                     # Eq. 80
@@ -262,14 +315,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
             if partition is not None:
                 new = partition(st.q[0], idx)
                 if not np.array_equal(new, idx):   # the coordinates near a singular set: move
-                    P = carried_covariance(model, st, P, idx, new, order)
-                    if fe:                         # the same generalized force on the new ones
-                        Qz = np.linalg.solve(st.R[0][new].T, Qz[0])[None]
-                    idx = new
-                    z, zd = st.q[:, idx].copy(), st.qd[:, idx].copy()
-                    st = independent_state(model, st.q, idx, zd,
-                                           applied_forces(Qfun, tk, Qz, idx, n, 1))
-                    SigP = review_noise(model, idx, dt, p0, qc, sigma2_acc, fe)[1]
+                    move_to(new, tk)
                     switches.append((k, tuple(int(i) for i in idx)))
             used[k] = idx
             out_q[k], out_qd[k], out_qdd[k] = st.q[0], st.qd[0], st.qdd[0]
