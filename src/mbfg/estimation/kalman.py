@@ -54,7 +54,15 @@ crank-rocker whose crank angle never turns back; a rocker's coordinates all do):
 * the EKF family's position correction, where z + dz is beyond the held coordinates' reach,
   is taken in halves until the position problem has a solution (``_corrected_positions``;
   the review's linearized Eq. 76 was the fallback and left the constraints); a prediction
-  step that passes their turning point is taken again in the coordinates best at its start.
+  step that passes their turning point is taken again in the coordinates best at its start;
+* the UKF moves its coordinates where a sigma point (not only the mean) falls below the
+  partition's ``keep``, halves the unscented transform's spread alpha where sigma points
+  still do not assemble or step (Julier's scaled transform, moments then taken to first
+  order: :func:`~mbfg.estimation.common.unscented_moments`), and in a gap of the readings
+  holds its spread within a turn and the search's rate bound
+  (:meth:`~mbfg.estimation.reacquisition.GapReacquisition.bounded_spread`).
+docs/benchmarks.md, "The unscented filter crosses the gap", measures these on generated
+mechanisms.
 """
 from __future__ import annotations
 
@@ -67,7 +75,8 @@ from mbfg.estimation.common import gate as _gate
 from mbfg.estimation.common import (applied_forces, carried_covariance, check_gate,
                                     filter_result, initial_state, innovation,
                                     observation_jacobian, predict_readings, prepare_readings,
-                                    reading_variances, sigma_points, unscented_weights,
+                                    reading_variances, sigma_points, unscented_moments,
+                                    unscented_weights,
                                     white_acceleration_noise)
 from mbfg.estimation.reacquisition import GapReacquisition
 from mbfg.model.dynamics import independent_state, manifold_jacobians
@@ -75,7 +84,8 @@ from mbfg.model.forces import force_function
 from mbfg.model.identification import characteristic_rate
 from mbfg.model.integrate import independent_step
 from mbfg.model.kinematics import solve_positions_batch
-from mbfg.model.partition import StatePartition, best_coordinates
+from mbfg.model.partition import (StatePartition, best_coordinate_sets, best_coordinates,
+                                  coordinate_quality)
 from mbfg.model.scales import coordinate_scales
 
 if TYPE_CHECKING:
@@ -165,7 +175,8 @@ def _stopped(exc: Exception, k: int, outputs: tuple, used: np.ndarray, idx: np.n
 # ======================================================================= EKF family
 SHRINK_STEPS = 10
 """Halvings at most of a filter's step that leaves the region its independent coordinates
-describe: the EKF family's correction (:func:`_corrected_positions`)."""
+describe: the EKF family's correction (:func:`_corrected_positions`), the UKF's spread
+(:func:`_local_sigma_points`)."""
 
 
 def _corrected_positions(model, q, idx, z, dz):
@@ -265,7 +276,8 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
                     F[d:2 * d, :d], F[d:2 * d, d:2 * d] = dt * fz, I + dt * fzd
                 st, z, zd = st1, z1, zd1
                 P = F @ P @ F.T + SigP                                       # Eq. 70
-            found = watch.observe(k, st.q[0], idx, zd[0], np.sqrt(np.diag(P)[:d]))
+            found = watch.observe(k, st.q[0], idx, zd[0], np.sqrt(np.diag(P)[:d]),
+                                  np.sqrt(np.diag(P)[d:2 * d]))
             if found is not None:          # the readings resumed after a gap: restart
                 if fe:                     # a force learned elsewhere on the turn: afresh
                     Qz = np.zeros((1, d))
@@ -440,6 +452,67 @@ def dekf(
 
 
 # ================================================================================ UKF
+
+
+def _local_sigma_points(model, partition, qbar, x, P, idx, alpha, beta, kappa, drawn=None,
+                        then=None):
+    """Sigma points of (x, P) that all assemble on ``idx`` from ``qbar`` and, with ``then``,
+    whose image ``then(X, qs)`` -> (image, fine) is fine everywhere and where the quality of
+    ``idx`` is at least ``partition.keep`` times its quality at the central point: the scaled
+    unscented transform's spread alpha halved until they are (Julier 2002, the scaled
+    unscented transformation, keeps sigma points local where wide ones leave the region the
+    coordinates describe), at most :data:`SHRINK_STEPS` times.  ``drawn``: (X, qs, ok,
+    quality) at ``alpha`` if already assembled.  Returns (X, qs, ok, Wm, Wc, image, shrunk),
+    shrunk whether alpha was halved: the moments are then taken to first order
+    (:func:`unscented_moments`)."""
+    d, n, l = idx.size, model.n, x.size
+    image = None
+    for i in range(SHRINK_STEPS + 1):
+        Wm, Wc, zeta = unscented_weights(l, alpha * 0.5 ** i, beta, kappa)
+        if i or drawn is None:
+            X = sigma_points(x, P, zeta)
+            qs, ok = solve_positions_batch(model, np.broadcast_to(qbar, (X.shape[0], n)), idx,
+                                           X[:, :d])
+            quality = None
+        else:
+            X, qs, ok, quality = drawn
+        if not ok.all():
+            continue
+        if then is None:
+            break
+        if quality is None:
+            quality = coordinate_quality(model, qs, tuple(idx), partition.scale)
+        if quality.min() < partition.keep * quality[0]:
+            continue
+        image, fine = then(X, qs)
+        if fine.all():
+            break
+    if then is not None and image is None:
+        image, _ = then(X, qs)
+    return X, qs, ok, Wm, Wc, image, i > 0
+
+
+def _spread_partition(model, partition, qs, ok, idx):
+    """The quality (N,) of ``idx`` at the assembled sigma points qs (N, n) (0 where one did not
+    assemble, ``ok``) and, where it falls below the partition's ``keep`` at one of them, the
+    set among those best at some sigma point and no worse than ``idx`` at the central one
+    (so that the mean's own partition keeps it) whose smallest quality over the sigma points
+    is largest, if larger than the current set's; else None."""
+    now = np.zeros(len(ok))
+    if ok.any():
+        now[ok] = coordinate_quality(model, qs[ok], tuple(idx), partition.scale)
+    if not ok[0] or now.min() >= partition.keep:
+        return now, None
+    good = qs[ok]
+    sets, _ = best_coordinate_sets(model, good, partition.scale)
+    best, top = None, now.min()
+    for s in {tuple(int(i) for i in c) for c in sets}:
+        quality = coordinate_quality(model, good, s, partition.scale)
+        if quality[0] >= now[0] and quality.min() > top:
+            best, top = np.asarray(s, int), quality.min()
+    return now, best
+
+
 def ukf(
     model: Mechanism,
     sensors: SensorSet,
@@ -503,20 +576,40 @@ def ukf(
             tk = k * dt
             N = 2 * l + 1
             if k > 0:
+                def step(X, qs):           # each sigma point's one step, and where it held
+                    st = independent_state(model, qs, idx, X[:, d:],
+                                           applied_forces(Qfun, tk - dt, None, idx, n, N))
+                    st1, z1, zd1, held = independent_step(
+                        model, qs, X[:, :d], X[:, d:], st.zdd, idx, dt,
+                        applied_forces(Qfun, tk, None, idx, n, N), integrator)
+                    fine = held & np.isfinite(z1).all(axis=1) & np.isfinite(zd1).all(axis=1)
+                    return (st1, z1, zd1), fine
+
                 X = sigma_points(x, P, zeta)
                 qs, ok = solve_positions_batch(model, np.broadcast_to(qbar, (N, n)), idx, X[:, :d])
+                Wm_k, Wc_k, shrunk = Wm, Wc, False
+                if partition is not None:
+                    quality, new = _spread_partition(model, partition, qs, ok, idx)
+                    drawn = (X, qs, ok, quality)
+                    if new is not None:       # a sigma point near the set's singular set: move
+                        P = carried_covariance(model, stm, P, idx, new, 2)
+                        idx = new
+                        x = np.concatenate([stm.q[0, idx], stm.qd[0, idx]])
+                        SigP = review_noise(model, idx, dt, p0, qc)[1]
+                        switches.append((k, tuple(int(i) for i in idx)))
+                        drawn = None
+                    X, qs, ok, Wm_k, Wc_k, stepped, shrunk = _local_sigma_points(
+                        model, partition, qbar, x, P, idx, alpha, beta, kappa, drawn, then=step)
+                else:
+                    stepped, _ = step(X, qs)
                 n_fail += int((~ok).sum())
-                Qk = applied_forces(Qfun, tk - dt, None, idx, n, N)
-                st = independent_state(model, qs, idx, X[:, d:], Qk)
-                st1, z1, zd1, _ = independent_step(model, qs, X[:, :d], X[:, d:], st.zdd, idx, dt,
-                                                   applied_forces(Qfun, tk, None, idx, n, N),
-                                                   integrator)
+                st1, z1, zd1 = stepped
                 X1 = np.concatenate([z1, zd1], axis=1)
-                x = Wm @ X1                                                  # Eq. 38
-                D = X1 - x
-                P = (Wc[:, None] * D).T @ D + SigP                           # Eq. 39
+                x, P = unscented_moments(Wm_k, Wc_k, X1, first_order=shrunk)  # Eqs. 38-39
+                P = watch.bounded_spread(P + SigP, idx)
                 qbar = st1.q[0]
-            found = watch.observe(k, qbar, idx, x[d:], np.sqrt(np.diag(P)[:d]))
+            found = watch.observe(k, qbar, idx, x[d:], np.sqrt(np.diag(P)[:d]),
+                                  np.sqrt(np.diag(P)[d:]))
             if found is not None:          # the readings resumed after a gap: restart
                 new, zd_found = found.restart_coordinates(idx, partition)
                 if not np.array_equal(new, idx):
@@ -529,16 +622,18 @@ def ukf(
             if avail:
                 X = sigma_points(x, P, zeta)
                 qs, ok = solve_positions_batch(model, np.broadcast_to(qbar, (N, n)), idx, X[:, :d])
+                Wm_k, Wc_k, shrunk = Wm, Wc, False
+                if partition is not None:
+                    X, qs, ok, Wm_k, Wc_k, _, shrunk = _local_sigma_points(
+                        model, partition, qbar, x, P, idx, alpha, beta, kappa, (X, qs, ok, None))
                 n_fail += int((~ok).sum())
                 st = independent_state(model, qs, idx, X[:, d:], applied_forces(Qfun, tk, None, idx, n, N))
                 Y, o, ang = predict_readings(model, sensors, avail, st.q, st.qd, st.qdd)
                 if ang.any():                                  # unwrap about the central point
                     Y = Y[0] - innovation(Y[0], Y, ang)
-                yhat = Wm @ Y                                                # Eq. 42
-                DY = Y - yhat
-                DX = X - x
-                Pyy = (Wc[:, None] * DY).T @ DY + np.diag(reading_variances(sensors, avail, sig))
-                Pxy = (Wc[:, None] * DX).T @ DY
+                yhat, Pyy, Pxy = unscented_moments(Wm_k, Wc_k, Y, X,           # Eqs. 42-43
+                                                   first_order=shrunk)
+                Pyy = Pyy + np.diag(reading_variances(sensors, avail, sig))
                 y = innovation(o, yhat, ang)
                 use = _gate(y, Pyy, sensors, avail, gate)
                 if not use.all():                        # outliers: update with the others only
@@ -548,7 +643,10 @@ def ukf(
                 x = x + K @ y                                                 # Eq. 43
                 P = P - K @ Pyy @ K.T                                        # Eq. 44
                 P = 0.5 * (P + P.T)
-            qm, _ = solve_positions_batch(model, qbar, idx, x[None, :d])
+            z_from = np.asarray(qbar, float)[..., idx].reshape(d)
+            qm, part = _corrected_positions(model, np.atleast_2d(qbar), idx, z_from,
+                                            x[:d] - z_from)
+            x[:d] = z_from + part * (x[:d] - z_from)   # the mean as far as the mechanism goes
             stm = independent_state(model, qm, idx, x[None, d:], applied_forces(Qfun, tk, None, idx, n, 1))
             qbar = stm.q[0]
             if partition is not None:

@@ -100,8 +100,13 @@ if TYPE_CHECKING:
 
     from mbfg.model.mechanism import Mechanism
 
-__all__ = ["GapReacquisition", "Reacquired", "search_state", "REACQUIRE_SPREAD",
+__all__ = ["GapReacquisition", "Reacquired", "search_state", "REACQUIRE_SPREAD", "SPREAD_BOUND",
            "REACQUIRE_WINDOW", "GRID_SPACING", "TIE_LEVEL", "SURVIVORS", "EXPLAINED_RMS"]
+
+SPREAD_BOUND = float(np.pi / np.sqrt(3.0))
+"""Largest standard deviation of an independent coordinate a filter keeps in a gap, in units
+of its scale s (:meth:`GapReacquisition.bounded_spread`): that of a uniform spread over a
+turn, pi / sqrt(3) rad for an angle of scale 1 rad."""
 
 REACQUIRE_SPREAD = 0.25
 """Predicted standard deviation of an independent coordinate, in units of its scale s,
@@ -518,19 +523,33 @@ class GapReacquisition:
         return (self.enabled and self.start is None and k > 0 and bool(self.per_step[k])
                 and not self.per_step[k - 1])
 
+    def _spread(self, idx, z_std, zd_std) -> bool:
+        """Whether the filter's std of z or of zd (d,) exceeds REACQUIRE_SPREAD of the
+        coordinate's scale (of omega_c times it for zd); never before the filter has had
+        readings (readings that start late end no gap)."""
+        if z_std is None or self.fastest is None:
+            return False
+        unit = self.scales[idx]
+        if np.any(np.asarray(z_std) > REACQUIRE_SPREAD * unit):
+            return True
+        return zd_std is not None and bool(
+            np.any(np.asarray(zd_std) > REACQUIRE_SPREAD * self.rate_unit * unit))
+
     def observe(self, k: int, q: ArrayLike, indices: ArrayLike, zd: ArrayLike,
-                z_std: ArrayLike | None) -> Reacquired | None:
+                z_std: ArrayLike | None, zd_std: ArrayLike | None = None) -> Reacquired | None:
         """Step k with the filter's predicted state (q (n,), its independent coordinates,
-        zd (d,), the predicted std of z (d,)); returns a :class:`Reacquired` when the filter
-        should restart from it, else None."""
+        zd (d,), the predicted std of z and of zd (d,)); returns a :class:`Reacquired` when
+        the filter should restart from it, else None.  The search runs where either std
+        exceeds REACQUIRE_SPREAD of the coordinate's scale (of omega_c times it for zd): a
+        filter whose spread of z is bounded by the coordinate's range (an unscented one on a
+        rocker) can have lost the phase of the swing with its rate alone spread."""
         if not self.enabled:
             return None
         idx = np.asarray(indices, int)
         if self.start is None:
             if not self.per_step[k]:
                 return None
-            if (self.needs_spread(k) and z_std is not None
-                    and np.any(z_std > REACQUIRE_SPREAD * self.scales[idx])):
+            if self.needs_spread(k) and self._spread(idx, z_std, zd_std):
                 if idx.size != 1:
                     self.log.append({"start": k, "skipped": "more than one degree of freedom"})
                 elif k + self.window - 1 >= len(self.per_step):
@@ -585,6 +604,25 @@ class GapReacquisition:
         GRID_SPACING omega_c s [rad or m, per s]."""
         s = float(self.scales[np.asarray(indices, int).ravel()[0]])
         return GRID_SPACING * s, GRID_SPACING * self.rate_unit * s
+
+    def bounded_spread(self, P: np.ndarray, idx: ArrayLike) -> np.ndarray:
+        """A filter's covariance P (2d, 2d) of [z, zd] with the standard deviations of z held
+        at most SPREAD_BOUND times the coordinates' scales (a uniform spread over a turn) and
+        those of zd at most the search's rate bound (twice the fastest rate seen, at least
+        REACQUIRE_SPREAD omega_c, times the scales), the correlations kept.  Without
+        readings the unscented filter's spread otherwise feeds on itself (a sigma point twice
+        as fast meets four times the centripetal forces) until it is not finite; the search
+        takes over when the readings resume (:meth:`observe`).  P unchanged when disabled."""
+        idx = np.asarray(idx, int)
+        if not self.enabled or idx.size != 1 or self.fastest is None:
+            return P
+        s = float(self.scales[idx[0]])
+        cap = np.array([SPREAD_BOUND * s, max(2.0 * self.fastest, self.rate_floor) * s])
+        sd = np.sqrt(np.maximum(np.diag(P), 0.0))
+        if np.all(sd <= cap):
+            return P
+        f = np.minimum(1.0, cap / np.maximum(sd, np.finfo(float).tiny))
+        return P * np.outer(f, f)
 
     def _track(self, zd, idx):
         """The fastest rate the filter has predicted at a step with readings outside a
