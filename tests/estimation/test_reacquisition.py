@@ -222,3 +222,16 @@ def test_the_unscented_filter_crosses_a_gap_on_a_rocker(family, seed):
         late.append(_late_error(w, _run(w, sensors, gapped, "ukf")))
         assert late[-1] < 2.0 * free, (late[-1], free)
     np.testing.assert_allclose(late[0], late[1], rtol=0.1)
+
+
+@pytest.mark.parametrize("method", ["ekf", "dekf"])
+def test_readings_that_start_late_end_no_gap(method):
+    """Readings that begin only after 2 / omega_c: the filters' spread is above the search's
+    bound at the first one, and the search used to start there with no rate seen yet and
+    stop with a TypeError (a traceback, not a typed error).  No search runs before the
+    filter has had readings; the run ends with a finite estimate."""
+    w, sensors, readings, _ = _gyro_case("crank-rocker", 1e-2, 1e-3)
+    late = w.readings_with_gap(0.0, 2.0)
+    res = _run(w, sensors, late, method)
+    assert res.stats.extra["reacquisitions"] == []
+    assert np.isfinite(res.q).all()
