@@ -195,7 +195,6 @@ def _corrected_positions(model, q, idx, z, dz):
     return np.array(q, float), 0.0
 
 
-
 def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, integrator,
                 indices=None, forces=None, sensor_sigmas=None, p0=None, qc=None,
                 sigma2_acc=None, linear_position_correction=False,
@@ -452,8 +451,6 @@ def dekf(
 
 
 # ================================================================================ UKF
-
-
 def _local_sigma_points(model, partition, qbar, x, P, idx, alpha, beta, kappa, drawn=None,
                         then=None):
     """Sigma points of (x, P) that all assemble on ``idx`` from ``qbar`` and, with ``then``,
