@@ -235,6 +235,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
     force = np.empty((n_steps, d)) if fe else None
     zddstd = np.empty((n_steps, d)) if fe else None
     n_updates = 0
+    n_shortened = 0                                # corrections taken in part
     failure = None
 
     def move_to(new, t):
@@ -315,6 +316,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
                 else:
                     qn, part = _corrected_positions(model, st.q, idx, z, dx[:d])
                     dx = part * dx
+                    n_shortened += int(part < 1.0)
                 dz, dzd = dx[:d], dx[d:2 * d]
                 z = z + dz
                 zd = zd + dzd
@@ -340,7 +342,8 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
         failure = _stopped(exc, k, (out_q, out_qd, out_qdd, zstd, zdstd)
                            + ((force, zddstd) if fe else ()), used, idx)
     stats = {"indices": tuple(int(i) for i in idx0), "integrator": integrator,
-             "n_updates": n_updates, "exact_jacobian": bool(exact_jacobian),
+             "n_updates": n_updates, "shortened_corrections": n_shortened,
+             "exact_jacobian": bool(exact_jacobian),
              "rejected_readings": n_rejected, "partition": used, "switches": switches,
              "reacquisitions": watch.log, "failure": failure}
     if fe:
@@ -376,14 +379,15 @@ def ekf(
     (True: move to the best-conditioned coordinates when the current ones approach a
     singular configuration, carrying the covariance over, docs/sensors.md;
     ``stats["switches"]``, ``stats["partition"]``), ``integrator`` ("trapezoidal" or "euler"),
-    ``linear_position_correction`` (Eq. 76 instead of the exact position problem),
-    ``exact_jacobian`` (False; True adds the errorEKF_EJ terms dzdd/dz, dzdd/dzdot of Sect. 7.2
+    ``linear_position_correction`` (Eq. 76 instead of the exact position problem; without
+    it a correction beyond the held coordinates' reach is taken only as far as the mechanism
+    goes, ``stats["shortened_corrections"]`` counts those), ``exact_jacobian`` (False; True adds the errorEKF_EJ terms dzdd/dz, dzdd/dzdot of Sect. 7.2
     to F, from the exact dynamics Jacobians), ``gate`` (None: every reading is used; a
     probability such as 0.9999: innovation gating, a sensor's reading whose normalized
     innovation squared exceeds that chi-square quantile is rejected as an outlier,
     :func:`mbfg.estimation.common.gate`; ``stats["rejected_readings"]`` counts them),
-    ``reacquire`` (True: when the readings resume after a gap with the predicted spread beyond
-    a quarter of the coordinate's scale, search the crank's turn against the next readings
+    ``reacquire`` (True: when the readings resume after a gap with the predicted spread of
+    z or zdot beyond a quarter of the coordinate's scale (of omega_c times it), search the crank's turn against the next readings
     and restart where the filter has lost it, :mod:`mbfg.estimation.reacquisition`;
     ``stats["reacquisitions"]``; False: the filter as published).
     ``seed`` is unused (deterministic filter)."""
