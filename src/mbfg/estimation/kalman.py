@@ -238,9 +238,9 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
     n_shortened = 0                                # corrections taken in part
     failure = None
 
-    def move_to(new, t):
-        """The filter's state at time t, its covariance, force and plant noise carried to the
-        independent coordinates ``new``."""
+    def move_to(new, k, t):
+        """The filter's state at time t (step k), its covariance, force and plant noise carried
+        to the independent coordinates ``new``, and the switch recorded."""
         nonlocal P, Qz, idx, z, zd, st, SigP
         P = carried_covariance(model, st, P, idx, new, order)
         if fe:                                     # the same generalized force on the new ones
@@ -249,6 +249,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
         z, zd = st.q[:, idx].copy(), st.qd[:, idx].copy()
         st = independent_state(model, st.q, idx, zd, applied_forces(Qfun, t, Qz, idx, n, 1))
         SigP = review_noise(model, idx, dt, p0, qc, sigma2_acc, fe)[1]
+        switches.append((k, tuple(int(i) for i in idx)))
 
     try:
         for k in range(n_steps):
@@ -263,8 +264,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
                     # coordinates best at its start
                     best = np.asarray(best_coordinates(model, st.q[0], partition.scale)[0])
                     if not np.array_equal(best, idx):
-                        move_to(best, tk - dt)
-                        switches.append((k, tuple(int(i) for i in idx)))
+                        move_to(best, k, tk - dt)
                         Qk = applied_forces(Qfun, tk, Qz, idx, n, 1)
                         st1, z1, zd1, _ = independent_step(model, st.q, z, zd, st.zdd, idx, dt,
                                                            Qk, integrator)
@@ -328,8 +328,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
             if partition is not None:
                 new = partition(st.q[0], idx)
                 if not np.array_equal(new, idx):   # the coordinates near a singular set: move
-                    move_to(new, tk)
-                    switches.append((k, tuple(int(i) for i in idx)))
+                    move_to(new, k, tk)
             used[k] = idx
             out_q[k], out_qd[k], out_qdd[k] = st.q[0], st.qd[0], st.qdd[0]
             Pr = carried_covariance(model, st, P, idx, idx0, order)   # the first set's
@@ -381,15 +380,17 @@ def ekf(
     ``stats["switches"]``, ``stats["partition"]``), ``integrator`` ("trapezoidal" or "euler"),
     ``linear_position_correction`` (Eq. 76 instead of the exact position problem; without
     it a correction beyond the held coordinates' reach is taken only as far as the mechanism
-    goes, ``stats["shortened_corrections"]`` counts those), ``exact_jacobian`` (False; True adds the errorEKF_EJ terms dzdd/dz, dzdd/dzdot of Sect. 7.2
-    to F, from the exact dynamics Jacobians), ``gate`` (None: every reading is used; a
+    goes, ``stats["shortened_corrections"]`` counts those), ``exact_jacobian`` (False; True
+    adds the errorEKF_EJ terms dzdd/dz, dzdd/dzdot of Sect. 7.2 to F, from the exact
+    dynamics Jacobians), ``gate`` (None: every reading is used; a
     probability such as 0.9999: innovation gating, a sensor's reading whose normalized
     innovation squared exceeds that chi-square quantile is rejected as an outlier,
     :func:`mbfg.estimation.common.gate`; ``stats["rejected_readings"]`` counts them),
     ``reacquire`` (True: when the readings resume after a gap with the predicted spread of
-    z or zdot beyond a quarter of the coordinate's scale (of omega_c times it), search the crank's turn against the next readings
-    and restart where the filter has lost it, :mod:`mbfg.estimation.reacquisition`;
-    ``stats["reacquisitions"]``; False: the filter as published).
+    z or zdot beyond a quarter of the coordinate's scale (of omega_c times it), search the
+    crank's turn against the next readings and restart where the filter has lost it,
+    :mod:`mbfg.estimation.reacquisition`; ``stats["reacquisitions"]``; False: the filter as
+    published).
     ``seed`` is unused (deterministic filter)."""
     return _ekf_family("ekf", model, sensors, readings, dt, n_steps, q0=q0, qd0=qd0, fe=False,
                        integrator=integrator, gate=gate, **options)
@@ -572,6 +573,19 @@ def ukf(
     zdstd = np.empty((n_steps, d))
     n_fail = 0
     failure = None
+
+    def move_to(new, k, t):
+        """The mean state stm at time t (step k) and the covariance carried to the independent
+        coordinates ``new``, with their plant noise, and the switch recorded."""
+        nonlocal P, idx, x, stm, SigP
+        P = carried_covariance(model, stm, P, idx, new, 2)
+        idx = new
+        x = np.concatenate([stm.q[0, idx], stm.qd[0, idx]])
+        stm = independent_state(model, stm.q, idx, x[None, d:],
+                                applied_forces(Qfun, t, None, idx, n, 1))
+        SigP = review_noise(model, idx, dt, p0, qc)[1]
+        switches.append((k, tuple(int(i) for i in idx)))
+
     try:
         for k in range(n_steps):
             tk = k * dt
@@ -593,11 +607,7 @@ def ukf(
                     quality, new = _spread_partition(model, partition, qs, ok, idx)
                     drawn = (X, qs, ok, quality)
                     if new is not None:       # a sigma point near the set's singular set: move
-                        P = carried_covariance(model, stm, P, idx, new, 2)
-                        idx = new
-                        x = np.concatenate([stm.q[0, idx], stm.qd[0, idx]])
-                        SigP = review_noise(model, idx, dt, p0, qc)[1]
-                        switches.append((k, tuple(int(i) for i in idx)))
+                        move_to(new, k, tk - dt)
                         drawn = None
                     X, qs, ok, Wm_k, Wc_k, stepped, shrunk = _local_sigma_points(
                         model, partition, qbar, x, P, idx, alpha, beta, kappa, drawn, then=step)
@@ -644,22 +654,15 @@ def ukf(
                 x = x + K @ y                                                 # Eq. 43
                 P = P - K @ Pyy @ K.T                                        # Eq. 44
                 P = 0.5 * (P + P.T)
-            z_from = np.asarray(qbar, float)[..., idx].reshape(d)
-            qm, part = _corrected_positions(model, np.atleast_2d(qbar), idx, z_from,
-                                            x[:d] - z_from)
+            z_from = qbar[idx]
+            qm, part = _corrected_positions(model, qbar[None], idx, z_from, x[:d] - z_from)
             x[:d] = z_from + part * (x[:d] - z_from)   # the mean as far as the mechanism goes
             stm = independent_state(model, qm, idx, x[None, d:], applied_forces(Qfun, tk, None, idx, n, 1))
             qbar = stm.q[0]
             if partition is not None:
                 new = partition(qbar, idx)
                 if not np.array_equal(new, idx):   # the coordinates near a singular set: move
-                    P = carried_covariance(model, stm, P, idx, new, 2)
-                    idx = new
-                    x = np.concatenate([stm.q[0, idx], stm.qd[0, idx]])
-                    stm = independent_state(model, stm.q, idx, x[None, d:],
-                                            applied_forces(Qfun, tk, None, idx, n, 1))
-                    SigP = review_noise(model, idx, dt, p0, qc)[1]
-                    switches.append((k, tuple(int(i) for i in idx)))
+                    move_to(new, k, tk)
             used[k] = idx
             out_q[k], out_qd[k], out_qdd[k] = stm.q[0], stm.qd[0], stm.qdd[0]
             Pr = carried_covariance(model, stm, P, idx, idx0, 2)      # the first set's

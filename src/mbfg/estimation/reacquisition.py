@@ -562,11 +562,11 @@ class GapReacquisition:
         if k < self.start + self.window - 1:
             return None
         start, self.start = self.start, None
-        bound = max(2.0 * self.fastest, self.rate_floor) * self.scales[idx[0]]
+        bound = self._rate_bound(idx)
         try:
             found = search_state(self.model, self.sensors, self.per_step, self.sigmas,
                                  self.q_start, idx, start, k, self.dt, self.forces,
-                                 self.integrator, self.rate_unit, float(bound), q_end=q)
+                                 self.integrator, self.rate_unit, bound, q_end=q)
         except np.linalg.LinAlgError as exc:   # the filter goes on; the search says why
             found = f"a candidate met a singular configuration ({exc})"
         if isinstance(found, str):
@@ -616,13 +616,17 @@ class GapReacquisition:
         idx = np.asarray(idx, int)
         if not self.enabled or idx.size != 1 or self.fastest is None:
             return P
-        s = float(self.scales[idx[0]])
-        cap = np.array([SPREAD_BOUND * s, max(2.0 * self.fastest, self.rate_floor) * s])
+        cap = np.array([SPREAD_BOUND * float(self.scales[idx[0]]), self._rate_bound(idx)])
         sd = np.sqrt(np.maximum(np.diag(P), 0.0))
         if np.all(sd <= cap):
             return P
         f = np.minimum(1.0, cap / np.maximum(sd, np.finfo(float).tiny))
         return P * np.outer(f, f)
+
+    def _rate_bound(self, idx) -> float:
+        """The largest rate the search tries, of the coordinate idx[0]: twice the fastest rate
+        seen, at least REACQUIRE_SPREAD omega_c, times the coordinate's scale."""
+        return float(max(2.0 * self.fastest, self.rate_floor) * self.scales[idx[0]])
 
     def _track(self, zd, idx):
         """The fastest rate the filter has predicted at a step with readings outside a
