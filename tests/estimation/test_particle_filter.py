@@ -47,11 +47,47 @@ def _review_run(setup: str, t_end: float, seed: int, readings=None, **options):
 
 def test_review_encoder_tracks_under_the_wrong_gravity():
     """Model gravity -8.81 vs the prototype's -9.81, crank angle off by pi/16: the crank angle
-    is tracked to the Kalman filters' level (errorEKF/UKF about 0.005 rad on this setup)."""
-    res, e, _ = _review_run("encoder", 1.5, seed=41)
-    assert np.sqrt(np.mean(e ** 2)) < 0.012
-    assert np.sqrt(np.mean(e[100:] ** 2)) < 0.01
-    assert res.name == "pf" and res.stats["restarts"] == ()
+    is tracked to the Kalman filters' level (errorEKF/UKF about 0.005 rad on this setup), on
+    on average over eight noise seeds (one seed's 1.5 s RMSE is mostly its first transient:
+    0.006-0.015 rad after 0.5 s over these seeds)."""
+    whole, late = [], []
+    for seed in range(41, 49):
+        res, e, _ = _review_run("encoder", 1.5, seed=seed)
+        whole.append(np.sqrt(np.mean(e ** 2)))
+        late.append(np.sqrt(np.mean(e[100:] ** 2)))
+        assert res.name == "pf" and res.stats["restarts"] == ()
+    assert np.mean(whole) < 0.012
+    assert np.mean(late) < 0.01
+
+
+def test_review_coupler_gyroscope_keeps_its_mode_through_the_insensitive_phase():
+    """Near t = 1.3 s the coupler's rate hardly depends on the crank's: the cloud's angle
+    spread, renewed only by dt^2/2 of the step's noise, had collapsed to 1e-4 rad about an
+    angle 0.04 rad off, and no particle explained the readings after it (seed 301 refused
+    with ConvergenceError after 2 restarts).  The regularized resampling keeps the cloud's
+    spread, and the mode."""
+    res, e, _ = _review_run("gyro-coupler", 2.0, seed=301)
+    assert np.sqrt(np.mean(e[300:] ** 2)) < 0.005
+
+
+def test_liu_west_moves_keep_the_clouds_mean_and_covariance():
+    """The regularized resampling's moves: resampled copies moved by the shrunk kernel have
+    the weighted mean and covariance of the cloud before resampling (Liu & West 2001)."""
+    from mbfg.estimation.common import systematic_resample
+    from mbfg.estimation.particle import _liu_west_moves
+    rng = np.random.default_rng(3)
+    M = 40000
+    x = rng.normal(size=(M, 2)) @ np.array([[0.3, 0.0], [0.8, 2.0]]) + [1.0, -2.0]
+    w = rng.random(M)
+    w /= w.sum()
+    mean = w @ x
+    C = ((x - mean) * w[:, None]).T @ (x - mean)
+    sel = systematic_resample(w, rng, M)
+    moved = x[sel] + _liu_west_moves((x - mean)[sel], C, rng)
+    # sampling error of a mean and of a covariance from M draws: a few sd / sqrt(M)
+    sd = np.sqrt(np.diag(C))
+    assert np.all(np.abs(moved.mean(axis=0) - mean) < 5 * sd / np.sqrt(M))
+    assert np.allclose(np.cov(moved.T), C, atol=5 * np.outer(sd, sd).max() * np.sqrt(2 / M))
 
 
 def test_review_coupler_gyroscope_converges_from_the_wrong_angle():
