@@ -46,15 +46,18 @@ Regularized resampling.  While the branch is undecided (``init="uniform"``), cop
 resampled particle are spread in z over the spacing of the initial cover (range / M) and
 re-assembled on their own branch, so that the ridge of initial states that explain the first
 readings stays sampled at the cover's resolution (without it 1000 particles lock onto a
-wrong angle, or the wrong branch, in some runs).  While tracking (``init="gaussian"``) the
-copies are moved by the shrunk kernel of Liu & West (2001) in (z, zdot): towards the
+wrong angle, or the wrong branch, in some runs).  While tracking (``init="gaussian"``, from
+1 / omega_c after the start) the copies are moved by the shrunk kernel of Liu & West (2001) in (z, zdot): towards the
 estimate by 1 - sqrt(1 - h^2) of their deviation, plus h times a draw from the cloud's
 weighted covariance before resampling (h = (4 / (M (D + 2)))^(1 / (D + 4)), Silverman's
 bandwidth, D = 2d), then re-assembled on their own branch; the cloud keeps its mean and
 covariance.  Without it the angle's spread is renewed only by dt^2/2 of each step's noise:
 on the review four-bar with the coupler gyroscope it collapsed to 1e-4 rad about an angle
 0.04 rad off before the phase (t = 1.3 s) where the coupler's rate hardly depends on the
-crank's, and no particle explained the readings after it (seeds 108 and 301 refused).
+crank's, and no particle explained the readings after it (seeds 108 and 301 refused).  Not
+over the first 1 / omega_c: a kernel fitted to the cloud that the first readings leave
+(several modes, on a generated shaper near a turning point of its coordinates) moves
+particles between the modes, and 7 of 8 noise seeds of that shaper ended on a wrong one.
 
 Mode loss.  For every reading the normalized innovation squared of each particle, r^T S^-1 r,
 is compared with the chi-square quantile of ``1 - loss_probability``.  When not one particle
@@ -636,8 +639,8 @@ def particle_filter(
     infl_t = np.ones(n_steps)
     population = np.empty(n_steps, int)
     n_res, restarts, unexplained, last_good, n_rejected = 0, [], 0, -1, 0
-    # restarts since the filter last tracked for 1 / omega_c (the mechanism's own time) after
-    # one: a run as long as many of its cycles may meet several losses, each recovered
+    # restarts since the filter last tracked for 1 / omega_c (the mechanism's own time, in
+    # steps) after one: a run over many of its cycles may meet several losses, each recovered
     streak = 0
     recovered = max(1, int(np.ceil(1.0 / (float(wc) * dt)))) if np.isfinite(wc) else n_steps
     resume_spread = np.zeros(d)  # the cloud's rate spread when readings last resumed
@@ -893,16 +896,19 @@ def particle_filter(
                 # over the spacing of the initial cover, so the ridge of states that explain the
                 # readings stays sampled at that resolution
                 zr, zdr = z + roughen * rng.normal(size=z.shape), zd
-            elif regularize and init == "gaussian":
+            elif regularize and init == "gaussian" and k >= recovered:
                 # tracking: copies of a survivor moved by the shrunk kernel, which keeps the
                 # cloud's mean and covariance (the angle's spread is otherwise only renewed
-                # by the step's noise, dt^2 / 2 sigma_a, and collapses)
+                # by the step's noise, dt^2 / 2 sigma_a, and collapses); not over the first
+                # 1 / omega_c, where a kernel fitted to the first readings' cloud moves
+                # particles between its modes
                 move = _liu_west_moves(dev[sel], C, rng)
                 zr, zdr = z + move[:, :d], zd + move[:, d:]
             if zr is not None:        # the moved copies assembled, each on its own branch
-                qr, okr = solve_positions_batch(model, q + np.einsum("pij,pj->pi", st.R, zr - z),
-                                                idx, zr)
+                guess = q + np.einsum("pij,pj->pi", st.R, zr - z)
+                qr, okr = solve_positions_batch(model, guess, idx, zr)
                 keep = okr & (branch_sign(model, qr, pts) == branch_sign(model, q, pts))
+
                 if keep.any():
                     z[keep], q[keep], zd[keep] = zr[keep], qr[keep], zdr[keep]
                     st = independent_state(model, q, idx, zd,
