@@ -47,35 +47,36 @@ resampled particle are spread in z over the spacing of the initial cover (range 
 re-assembled on their own branch, so that the ridge of initial states that explain the first
 readings stays sampled at the cover's resolution (without it 1000 particles lock onto a
 wrong angle, or the wrong branch, in some runs).  While tracking (``init="gaussian"``, from
-1 / omega_c after the start) the copies are moved by the shrunk kernel of Liu & West (2001) in (z, zdot): towards the
-estimate by 1 - sqrt(1 - h^2) of their deviation, plus h times a draw from the cloud's
-weighted covariance before resampling (h = (4 / (M (D + 2)))^(1 / (D + 4)), Silverman's
-bandwidth, D = 2d), then re-assembled on their own branch; the cloud keeps its mean and
-covariance.  Without it the angle's spread is renewed only by dt^2/2 of each step's noise:
-on the review four-bar with the coupler gyroscope it collapsed to 1e-4 rad about an angle
-0.04 rad off before the phase (t = 1.3 s) where the coupler's rate hardly depends on the
-crank's, and no particle explained the readings after it (seeds 108 and 301 refused).  Not
-over the first 1 / omega_c: a kernel fitted to the cloud that the first readings leave
-(several modes, on a generated shaper near a turning point of its coordinates) moves
-particles between the modes, and 7 of 8 noise seeds of that shaper ended on a wrong one.
+1 / omega_c after the start) the copies are moved by the shrunk kernel of Liu & West (2001)
+in (z, zdot): towards the estimate by 1 - sqrt(1 - h^2) of their deviation, plus h times a
+draw from the cloud's weighted covariance before resampling (h = (4 / (M (D + 2)))^(1 / (D +
+4)), Silverman's bandwidth, D = 2d), then re-assembled on their own branch; the cloud keeps
+its mean and covariance.  Without it the angle's spread is renewed only by dt^2/2 of each
+step's noise: on the review four-bar with the coupler gyroscope it collapsed to 1e-4 rad
+about an angle 0.04 rad off before the phase (t = 1.3 s) where the coupler's rate hardly
+depends on the crank's, and no particle explained the readings after it (seeds 108 and 301
+refused).  Not over the first 1 / omega_c: a kernel fitted to the cloud that the first
+readings leave (several modes, on a generated shaper near a turning point of its
+coordinates) moves particles between the modes, and 7 of 8 noise seeds of that shaper ended
+on a wrong one.
 
-Mode loss.  For every reading the normalized innovation squared of each particle, r^T S^-1 r,
-is compared with the chi-square quantile of ``1 - loss_probability``.  When not one particle
-explains ``patience`` readings in a row (or no particle assembles), the filter has lost the
-mode: it restarts from its initial prior, at most ``max_restarts`` times in a row (about the current
-estimate with ``init="gaussian"``, its rates spread by the initial spread or, if larger, by
-the predicted cloud's rate spread when the readings last resumed after steps without any:
-after a gap a lost mode's rate can be off by several initial spreads; the whole turn, both branches, rates up to twice the
-estimate with ``init="uniform"``, but only while the mechanism is slower than omega_c s: a
-global restart at speed locks onto wrong modes; after a gap's search, about the state it
-found).  A restart after which the filter explains readings for 1 / omega_c has recovered
-the mode and the count starts again: a run over many cycles of the mechanism may pass a
-phase where the readings lose the mode once per cycle (the review four-bar's coupler
-gyroscope near t = 1.3 s and 7.9 s).  Otherwise it raises
-:class:`~mbfg.errors.ConvergenceError` whose ``partial`` is the result up to the last step
-whose reading a particle explained.  A diverged estimate is not returned as a result when
-its readings show it; a wrong mode that explains every reading (rates only, far too much
-process noise) cannot be seen by any monitor.
+Mode loss.  For every reading the normalized innovation squared of each particle,
+r^T S^-1 r, is compared with the chi-square quantile of ``1 - loss_probability``.  When not one
+particle explains ``patience`` readings in a row (or no particle assembles), the filter has
+lost the mode: it restarts from its initial prior, at most ``max_restarts`` times in a row
+(about the current estimate with ``init="gaussian"``, its rates spread by the initial spread
+or, if larger, by the predicted cloud's rate spread when the readings last resumed after
+steps without any: after a gap a lost mode's rate can be off by several initial spreads; the
+whole turn, both branches, rates up to twice the estimate with ``init="uniform"``, but only
+while the mechanism is slower than omega_c s: a global restart at speed locks onto wrong
+modes; after a gap's search, about the state it found).  A restart after which the filter
+explains readings for 1 / omega_c has recovered the mode and the count starts again: a run
+over many cycles of the mechanism may pass a phase where the readings lose the mode once per
+cycle (the review four-bar's coupler gyroscope near t = 1.3 s and 7.9 s).  Otherwise it
+raises :class:`~mbfg.errors.ConvergenceError` whose ``partial`` is the result up to the last
+step whose reading a particle explained.  A diverged estimate is not returned as a result
+when its readings show it; a wrong mode that explains every reading (rates only, far too
+much process noise) cannot be seen by any monitor.
 
 Noise settings come from the mechanism's scales (:mod:`mbfg.model.scales`): with
 omega_c = sqrt(|g| / ell) (:func:`mbfg.model.identification.characteristic_rate`) and s the
@@ -639,10 +640,12 @@ def particle_filter(
     infl_t = np.ones(n_steps)
     population = np.empty(n_steps, int)
     n_res, restarts, unexplained, last_good, n_rejected = 0, [], 0, -1, 0
-    # restarts since the filter last tracked for 1 / omega_c (the mechanism's own time, in
-    # steps) after one: a run over many of its cycles may meet several losses, each recovered
+    # 1 / omega_c, the mechanism's own time, in steps: a restart followed by that much
+    # tracking recovered the mode (``streak`` counts the restarts since the last that did; a
+    # run over many of its cycles may meet several losses), and the regularizing kernel
+    # waits that long after the start
+    own_time = max(1, int(np.ceil(1.0 / (float(wc) * dt)))) if np.isfinite(wc) else n_steps
     streak = 0
-    recovered = max(1, int(np.ceil(1.0 / (float(wc) * dt)))) if np.isfinite(wc) else n_steps
     resume_spread = np.zeros(d)  # the cloud's rate spread when readings last resumed
     adapt2, eps_bar = 1.0, 1.0
     decided = False
@@ -784,7 +787,7 @@ def particle_filter(
             # mechanism is slow: beyond omega_c s it would lock onto wrong modes, so give up
             tracking = init == "uniform" and decided and bool(
                 np.any(np.abs(zd_prev) > wc * s)) if np.isfinite(wc) else decided
-            if restarts and last_good - restarts[-1] >= recovered:
+            if restarts and last_good - restarts[-1] >= own_time:
                 streak = 0       # the last restart recovered the mode: a new budget
             if streak >= max_restarts or k == 0 or last_good < 0 or tracking:
                 upto = max(last_good + 1, 0)
@@ -896,7 +899,7 @@ def particle_filter(
                 # over the spacing of the initial cover, so the ridge of states that explain the
                 # readings stays sampled at that resolution
                 zr, zdr = z + roughen * rng.normal(size=z.shape), zd
-            elif regularize and init == "gaussian" and k >= recovered:
+            elif regularize and init == "gaussian" and k >= own_time:
                 # tracking: copies of a survivor moved by the shrunk kernel, which keeps the
                 # cloud's mean and covariance (the angle's spread is otherwise only renewed
                 # by the step's noise, dt^2 / 2 sigma_a, and collapses); not over the first
@@ -905,10 +908,9 @@ def particle_filter(
                 move = _liu_west_moves(dev[sel], C, rng)
                 zr, zdr = z + move[:, :d], zd + move[:, d:]
             if zr is not None:        # the moved copies assembled, each on its own branch
-                guess = q + np.einsum("pij,pj->pi", st.R, zr - z)
-                qr, okr = solve_positions_batch(model, guess, idx, zr)
+                qr, okr = solve_positions_batch(model, q + np.einsum("pij,pj->pi", st.R, zr - z),
+                                                idx, zr)
                 keep = okr & (branch_sign(model, qr, pts) == branch_sign(model, q, pts))
-
                 if keep.any():
                     z[keep], q[keep], zd[keep] = zr[keep], qr[keep], zdr[keep]
                     st = independent_state(model, q, idx, zd,
