@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "prepare_readings",
            "predict_readings", "innovation", "reading_variances", "gate", "check_gate", "observation_jacobian",
            "white_acceleration_noise", "unscented_weights", "unscented_moments", "sigma_points",
+           "correlation_cholesky",
            "systematic_resample",
            "weighted_mean", "applied_forces", "initial_state", "error_map", "carried_covariance",
            "filter_result", "wrap_angle",
@@ -252,18 +253,22 @@ def unscented_moments(
     return mean, cov, cross
 
 
-def sigma_points(x: ArrayLike, P: ArrayLike, zeta: float) -> np.ndarray:
-    """The 2l+1 sigma points (rows) of mean ``x`` (l,) and covariance ``P`` (l, l):
-    x, x + zeta L_i, x - zeta L_i with L the Cholesky factor of P.  The factor is taken of
-    the correlation matrix (P scaled by its standard deviations), so that a state mixing
-    angles, lengths and rates factors the same in any units (a 1 mm five-bar's P spans 1e12
-    between its point and angle variances); a jitter of a few ulps on the correlations keeps a
-    semi-definite P factorizable."""
+def correlation_cholesky(P: ArrayLike) -> np.ndarray:
+    """The lower-triangular L (l, l) with L L^T = P (l, l), a covariance, taken as the
+    Cholesky factor of its correlation matrix (P scaled by its standard deviations) scaled
+    back, so that a state mixing angles, lengths and rates factors the same in any units (a
+    1 mm five-bar's P spans 1e12 between its point and angle variances); a jitter of a few
+    ulps on the correlations keeps a semi-definite P factorizable."""
     P = np.asarray(P, float)
     sd = np.sqrt(np.maximum(np.diag(P), np.finfo(float).tiny))
     C = P / np.outer(sd, sd)
-    L = sd[:, None] * np.linalg.cholesky(C + 4 * np.finfo(float).eps * np.eye(P.shape[0]))
-    dX = zeta * L.T
+    return sd[:, None] * np.linalg.cholesky(C + 4 * np.finfo(float).eps * np.eye(P.shape[0]))
+
+
+def sigma_points(x: ArrayLike, P: ArrayLike, zeta: float) -> np.ndarray:
+    """The 2l+1 sigma points (rows) of mean ``x`` (l,) and covariance ``P`` (l, l):
+    x, x + zeta L_i, x - zeta L_i with L = :func:`correlation_cholesky` (P)."""
+    dX = zeta * correlation_cholesky(P).T
     return np.concatenate([x[None], x[None] + dX, x[None] - dX], axis=0)
 
 

@@ -586,20 +586,23 @@ def ukf(
         SigP = review_noise(model, idx, dt, p0, qc)[1]
         switches.append((k, tuple(int(i) for i in idx)))
 
+    N = 2 * l + 1
+
+    def step(X, qs):
+        """Each sigma point's step from time tk - dt to tk in the current coordinates idx, and
+        where it held."""
+        st = independent_state(model, qs, idx, X[:, d:],
+                               applied_forces(Qfun, tk - dt, None, idx, n, N))
+        st1, z1, zd1, held = independent_step(
+            model, qs, X[:, :d], X[:, d:], st.zdd, idx, dt,
+            applied_forces(Qfun, tk, None, idx, n, N), integrator)
+        fine = held & np.isfinite(z1).all(axis=1) & np.isfinite(zd1).all(axis=1)
+        return (st1, z1, zd1), fine
+
     try:
         for k in range(n_steps):
             tk = k * dt
-            N = 2 * l + 1
             if k > 0:
-                def step(X, qs):           # each sigma point's one step, and where it held
-                    st = independent_state(model, qs, idx, X[:, d:],
-                                           applied_forces(Qfun, tk - dt, None, idx, n, N))
-                    st1, z1, zd1, held = independent_step(
-                        model, qs, X[:, :d], X[:, d:], st.zdd, idx, dt,
-                        applied_forces(Qfun, tk, None, idx, n, N), integrator)
-                    fine = held & np.isfinite(z1).all(axis=1) & np.isfinite(zd1).all(axis=1)
-                    return (st1, z1, zd1), fine
-
                 X = sigma_points(x, P, zeta)
                 qs, ok = solve_positions_batch(model, np.broadcast_to(qbar, (N, n)), idx, X[:, :d])
                 Wm_k, Wc_k, shrunk = Wm, Wc, False

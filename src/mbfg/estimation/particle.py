@@ -97,7 +97,8 @@ import numpy as np
 
 from mbfg.errors import ConvergenceError, UsageError
 from mbfg.estimation.common import gate as _gate
-from mbfg.estimation.common import (applied_forces, check_gate, filter_result, initial_state,
+from mbfg.estimation.common import (applied_forces, check_gate, correlation_cholesky,
+                                    filter_result, initial_state,
                                     innovation, observation_jacobian, predict_readings,
                                     prepare_readings, reading_variances, systematic_resample,
                                     weighted_mean)
@@ -274,18 +275,9 @@ def _liu_west_moves(dev, C, rng):
     shrinkage)."""
     M, D = dev.shape
     h = (4.0 / (M * (D + 2))) ** (1.0 / (D + 4))
-    # the Cholesky factor (unique, unlike eigenvectors' signs) of C's correlations
-    # (dimensionless), so that the draws follow a change of units of z and zdot exactly; a
-    # singular one (a coordinate without spread, or two fully correlated) made definite by
-    # the round-off of its diagonal
-    sd = np.sqrt(np.clip(np.diag(C), 0.0, None))
-    unit = np.where(sd > 0.0, sd, 1.0)
-    corr = 0.5 * (C + C.T) / np.outer(unit, unit)
-    try:
-        L = np.linalg.cholesky(corr)
-    except np.linalg.LinAlgError:
-        L = np.linalg.cholesky(corr + D * np.finfo(float).eps * np.eye(D))
-    L = sd[:, None] * L
+    # (a Cholesky factor is unique, unlike eigenvectors' signs, and taken on the correlations
+    # it follows a change of units of z and zdot exactly)
+    L = correlation_cholesky(C)
     return -(1.0 - math.sqrt(1.0 - h * h)) * dev + h * rng.normal(size=(M, D)) @ L.T
 
 
@@ -885,8 +877,15 @@ def particle_filter(
         shrink = (M > M_target and max(p_plus[k], 1.0 - p_plus[k]) > 0.99
                   and np.all(zstd[k] < zs0))
         if ess < resample_threshold * M or shrink:
-            dev = np.concatenate([dz, zd - zdm], axis=1)        # about the estimate
-            C = (w[:, None] * dev).T @ dev
+            # tracking: copies of a survivor are moved by the shrunk kernel, which keeps the
+            # cloud's mean and covariance (the angle's spread is otherwise only renewed by the
+            # step's noise, dt^2 / 2 sigma_a, and collapses); not over the first 1 / omega_c,
+            # where a kernel fitted to the first readings' cloud moves particles between its
+            # modes
+            kernel = regularize and init == "gaussian" and k >= own_time
+            if kernel:
+                dev = np.concatenate([dz, zd - zdm], axis=1)    # about the estimate
+                C = (w[:, None] * dev).T @ dev
             sel = systematic_resample(w, rng, M_target if shrink else M)
             M = sel.size
             z, zd, q, wnoise = z[sel], zd[sel], q[sel], wnoise[sel]
@@ -899,12 +898,7 @@ def particle_filter(
                 # over the spacing of the initial cover, so the ridge of states that explain the
                 # readings stays sampled at that resolution
                 zr, zdr = z + roughen * rng.normal(size=z.shape), zd
-            elif regularize and init == "gaussian" and k >= own_time:
-                # tracking: copies of a survivor moved by the shrunk kernel, which keeps the
-                # cloud's mean and covariance (the angle's spread is otherwise only renewed
-                # by the step's noise, dt^2 / 2 sigma_a, and collapses); not over the first
-                # 1 / omega_c, where a kernel fitted to the first readings' cloud moves
-                # particles between its modes
+            elif kernel:
                 move = _liu_west_moves(dev[sel], C, rng)
                 zr, zdr = z + move[:, :d], zd + move[:, d:]
             if zr is not None:        # the moved copies assembled, each on its own branch
