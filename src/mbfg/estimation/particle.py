@@ -593,31 +593,31 @@ def particle_filter(
     Qfun = force_function(forces, n)
     # the unknown weight error: each particle's factor eps on the model's gravity forces
     Qg = np.asarray(model.gravity_forces(), float)
-    weighed = (init == "gaussian") if weight_error is None else bool(weight_error)
-    weighed = weighed and bool(np.any(Qg != 0.0))
+    learns_weight = (init == "gaussian") if weight_error is None else bool(weight_error)
+    learns_weight = learns_weight and bool(np.any(Qg != 0.0))
     eps_hat, eps_sd = 0.0, float(model_error)     # the estimate and its spread
     # each particle's Gaussian posterior of eps given its own path, N(eps_m, eps_P)
     # (Storvik 2002), and the value eps drawn from it for the current step
     eps_m, eps_P = np.zeros(M), np.full(M, eps_sd * eps_sd)
 
-    def draw_weights():
+    def draw_weight_errors():
         """The particles' weight errors for a step (M,): drawn from their posteriors."""
-        return eps_m + np.sqrt(eps_P) * rng.normal(size=eps_m.size) if weighed else (
+        return eps_m + np.sqrt(eps_P) * rng.normal(size=eps_m.size) if learns_weight else (
             np.zeros(eps_m.size))
 
-    eps = draw_weights()
+    eps = draw_weight_errors()
 
     def forces_at(t):
         """Generalized forces (M, n) of the particles at time t: the applied ones plus
         their weight errors eps Q_g."""
         Q = applied_forces(Qfun, t, None, idx, n, eps.size)
-        return Q + np.outer(eps, Qg) if weighed else Q
+        return Q + np.outer(eps, Qg) if learns_weight else Q
 
     def searched_forces(t):
         """The gap search's forces (n,) or None: the applied ones plus the estimated weight
         error."""
         Q = Qfun(t)
-        if not weighed:
+        if not learns_weight:
             return Q
         return eps_hat * Qg if Q is None else Q + eps_hat * Qg
 
@@ -718,7 +718,7 @@ def particle_filter(
     own_time = max(1, int(np.ceil(1.0 / (float(wc) * dt)))) if np.isfinite(wc) else n_steps
     streak = 0
     resume_spread = np.zeros(d)  # the cloud's rate spread when readings last resumed
-    adapt2, eps_bar = 1.0, 1.0
+    adapt2, nis_bar = 1.0, 1.0
     decided = False
     z_prev = q0a[idx].copy()
     zd_prev = np.array(zd0, float)
@@ -733,7 +733,7 @@ def particle_filter(
                  "population": population[:upto], "branch_points": pts, "model_branch": b0,
                  "rejected_readings": n_rejected, "switches": tuple(switches),
                  "informed_start": informed, "reacquisitions": watch.log}
-        if weighed:
+        if learns_weight:
             stats["weight_error"] = eps_t[:upto]
             stats["weight_error_std"] = eps_sd_t[:upto]
         if true_branch is not None:
@@ -750,8 +750,8 @@ def particle_filter(
         found = None
         wprior = np.exp(logw - np.max(logw)) if np.isfinite(np.max(logw)) else None
         if k > 0:
-            if weighed:
-                eps = draw_weights()
+            if learns_weight:
+                eps = draw_weight_errors()
             Qk = forces_at(tk)
             f0 = st.zdd
             if integrator == "heun":
@@ -831,7 +831,7 @@ def particle_filter(
             st = independent_state(model, q, idx, zd, Qk)
             logw = np.where(ok & okp, logw + log_ratio, -np.inf)
             lost_t[k] = int(np.sum(~(ok & okp)))
-            if weighed and avail:
+            if learns_weight and avail:
                 # the step's acceleration deviation from the dynamics without weight error,
                 # u = w + eps g (g: the independent accelerations of Q_g), is a linear
                 # reading of eps with the noise sa2k: each particle's posterior is updated
@@ -865,8 +865,8 @@ def particle_filter(
                 good = alive & np.isfinite(nis)
                 ratio = float(wprior[good] @ np.minimum(nis[good], 10.0 * kdim)) / max(
                     float(np.sum(wprior[good])), 1e-300) / kdim
-                eps_bar = (1.0 - ADAPT_RATE) * eps_bar + ADAPT_RATE * ratio
-                adapt2 = float(np.clip(adapt2 * eps_bar ** ADAPT_RATE, 1.0, ADAPT_MAX ** 2))
+                nis_bar = (1.0 - ADAPT_RATE) * nis_bar + ADAPT_RATE * ratio
+                adapt2 = float(np.clip(adapt2 * nis_bar ** ADAPT_RATE, 1.0, ADAPT_MAX ** 2))
             infl_t[k] = math.sqrt(adapt2)
         mx = np.max(logw)
         # (not while a gap's global search is pending: its outcome restarts the cloud)
@@ -900,7 +900,7 @@ def particle_filter(
                 M = max(int(initial_particles or 0), M_target)
             # (the weight errors keep their estimate and spread: a restart doubts the state)
             eps_m, eps_P = np.full(M, eps_hat), np.full(M, eps_sd * eps_sd)
-            eps = draw_weights()
+            eps = draw_weight_errors()
             Qk = forces_at(tk)
             if init == "uniform":
                 bound = max(zmax, 2.0 * float(np.max(np.abs(zd_prev))))
