@@ -18,8 +18,9 @@ difference ``reference - baseline`` of the RMSEs with its 95 % confidence interv
 t over the seeds; negative: the reference is better).  The reference is the default online
 estimator (``fg-online``), run with ``covariance: true`` so that its coverage is measured
 (its ms/step includes the covariance).  A summary then gives, per condition and setup, the
-verdict of the reference against every filter and the offline smoother's RMSE against half
-the best filter's.
+verdict of the reference against every Kalman filter (``BASELINES``, item 1's baselines)
+and the offline smoother's RMSE against half the best filter's; the particle filter (``pf``)
+has its rows in the tables.
 
 The cases run as a study: serially by default, on a local Dask cluster with ``--workers N``;
 ``--out FILE.csv`` keeps the tidy table (one row per case) and resumes from it;
