@@ -891,18 +891,19 @@ def particle_filter(
                 raise exc
             restarts.append(k)
             streak += 1
-        if lost or found is not None:      # a restart: the monitor's or the gap search's
+        restarted = lost or found is not None   # the monitor's restart or the gap search's
+        if restarted:
             unexplained = 0
             avail = per_step[k]          # a restart doubts the cloud, not this step's readings
-            if init == "uniform":
-                # a global restart: the whole turn, both branches, rates up to the bound or
-                # twice the last estimate, the first reading conditioning the rates
-                M = max(int(initial_particles or 0), M_target)
-            # (the weight errors keep their estimate and spread: a restart doubts the state)
+            # (a global restart covers with the initial count; the weight errors keep their
+            # estimate and spread: a restart doubts the state)
+            M = max(int(initial_particles or 0), M_target) if init == "uniform" else M
             eps_m, eps_P = np.full(M, eps_hat), np.full(M, eps_sd * eps_sd)
             eps = draw_weight_errors()
             Qk = forces_at(tk)
             if init == "uniform":
+                # a global restart: the whole turn, both branches, rates up to the bound or
+                # twice the last estimate, the first reading conditioning the rates
                 bound = max(zmax, 2.0 * float(np.max(np.abs(zd_prev))))
                 z, zd, q, ok = draw(M, z_prev, zd_prev, out_q[k - 1], None)
                 st = independent_state(model, q, idx, zd, Qk)
@@ -990,14 +991,14 @@ def particle_filter(
                 dev = np.concatenate([dz, zd - zdm], axis=1)    # about the estimate
                 C = (w[:, None] * dev).T @ dev
                 if (ess < dev.shape[1] + 1 and k > 0 and avail and wprior is not None
-                        and not (lost or found is not None)):
+                        and not restarted):
                     # fewer effective particles than the covariance has dimensions (precise
                     # readings on a spread cloud, as when they resume after a gap): the
                     # weighted covariance is degenerate, and the kernel takes the Gaussian
                     # update of the predicted cloud's covariance by this step's readings
+                    top = int(np.argmax(w))
                     C = _updated_covariance(model, sensors, avail, sig, zp, zdp, wprior, okp,
-                                            angular, zm, st.select([int(np.argmax(w))]),
-                                            Qk[int(np.argmax(w))])
+                                            angular, zm, st.select([top]), Qk[top])
             sel = systematic_resample(w, rng, M_target if shrink else M)
             M = sel.size
             z, zd, q, wnoise = z[sel], zd[sel], q[sel], wnoise[sel]
