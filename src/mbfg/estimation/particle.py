@@ -46,21 +46,29 @@ Regularized resampling.  While the branch is undecided (``init="uniform"``), cop
 resampled particle are spread in z over the spacing of the initial cover (range / M) and
 re-assembled on their own branch, so that the ridge of initial states that explain the first
 readings stays sampled at the cover's resolution (without it 1000 particles lock onto a
-wrong angle, or the wrong branch, in some runs).  While tracking (``init="gaussian"``, from
-1 / omega_c after the start) the copies are moved by the shrunk kernel of Liu & West (2001)
-in (z, zdot): towards the estimate by 1 - sqrt(1 - h^2) of their deviation, plus h times a
-draw from the cloud's weighted covariance before resampling (h = (4 / (M (D + 2)))^(1 / (D +
-4)), Silverman's bandwidth, D = 2d), then re-assembled on their own branch; the cloud keeps
-its mean and covariance.  Without it the angle's spread is renewed only by dt^2/2 of each
-step's noise: on the review four-bar with the coupler gyroscope it collapsed to 1e-4 rad
-about an angle 0.04 rad off before the phase (t = 1.3 s) where the coupler's rate hardly
-depends on the crank's, and no particle explained the readings after it (seeds 108 and 301
-refused).  Not over the first 1 / omega_c: a kernel fitted to the cloud that the first
-readings leave (several modes, on a generated shaper near a turning point of its
-coordinates) moves particles between the modes, and 7 of 8 noise seeds of that shaper ended
-on a wrong one.  Below as many effective particles as the kernel's covariance has dimensions
-(precise readings meeting a spread cloud, as when they resume after a gap) the weighted
-covariance is degenerate: the kernel then takes the predicted cloud's covariance updated by
+wrong angle, or the wrong branch, in some runs).  While tracking (``init="gaussian"``) the
+copies are moved by the shrunk kernel of Liu & West (2001) in (z, zdot), fitted to each mode
+of the survivors (:func:`_kernel_moves`): survivors closer than 4 h cloud standard deviations
+(h Silverman's bandwidth) form one mode; in each, the copies move towards the mode's mean by
+1 - sqrt(1 - h^2) of their deviation plus h times a draw from its weighted covariance, then
+exactly onto the mode's weighted mean and covariance, that covariance divided by 1 - sum w^2
+(the weighted Bessel correction); re-assembled on their own branch.  Without a kernel the
+angle's spread is renewed only by dt^2/2 of each step's noise: on the review four-bar with the
+coupler gyroscope it collapsed to 1e-4 rad about an angle 0.04 rad off before the phase (t =
+1.3 s) where the coupler's rate hardly depends on the crank's, and no particle explained the
+readings after it (seeds 108 and 301 refused).  Without the correction and the exact match,
+the weights of hundreds of resamplings (each shrinking the spread by 1 - sum w^2 on average,
+however little they say about the angle) collapsed the angle's spread with the crank
+gyroscope to 1e-4 rad about an error of 0.006 rad (2-sigma coverage 2-100 % over seeds
+1000-1009, 64 % on average over 1000-1019).  One kernel for the whole cloud moves particles
+between modes: fitted to the cloud the first readings leave (several modes, on a generated
+shaper near a turning point of its coordinates) it put 7 of 8 noise seeds of that shaper on a
+wrong one.  Over the first 1 / omega_c, while the readings are still separating the modes the
+initial spread covers, the copies move only when the survivors form one mode (and not at
+the first step's resampling, of the initial draw itself).  Below as many effective particles
+as the kernel's covariance has dimensions (precise readings meeting a spread cloud, as when
+they resume after a gap; after the first 1 / omega_c) the weighted covariance is degenerate:
+the kernel then takes the predicted cloud's covariance updated by
 the step's readings (the Kalman update, :func:`_updated_covariance`).  Without it the copies
 of the one survivor kept its angle: on the review four-bar with the crank gyroscope, 4 s
 without readings (seed 300), 0.02 rad off to the end with a reported spread of 1e-5 rad.
@@ -291,19 +299,72 @@ def _gate_readings(prop, wprior, sensors, avail, probability):
     return out
 
 
-def _liu_west_moves(dev, C, rng):
-    """Moves (M, D) of M resampled particles whose deviations from the cloud's weighted mean
-    are ``dev`` (M, D): -(1 - a) dev + h e, e ~ N(0, C), with C (D, D) the cloud's weighted
-    covariance before resampling, h = (4 / (M (D + 2)))^(1 / (D + 4)) (Silverman's
-    bandwidth) and a = sqrt(1 - h^2).  The moved cloud keeps the mean and covariance of the
-    one resampled, with fresh members about each survivor (Liu & West 2001, kernel
-    shrinkage)."""
-    M, D = dev.shape
-    h = (4.0 / (M * (D + 2))) ** (1.0 / (D + 4))
-    # (a Cholesky factor is unique, unlike eigenvectors' signs, and taken on the correlations
-    # it follows a change of units of z and zdot exactly)
-    L = correlation_cholesky(C)
-    return -(1.0 - math.sqrt(1.0 - h * h)) * dev + h * rng.normal(size=(M, D)) @ L.T
+def _kernel_moves(dev, w, sel, rng, C=None, one_mode_only=False):
+    """Moves (M', D) of the resampled copies ``sel`` (M',) of a cloud whose deviations from its
+    weighted mean are ``dev`` (M, D), with weights ``w`` (M,): the shrunk kernel of Liu & West
+    (2001) fitted to each mode of the survivors, its copies then moved to exactly the mode's
+    weighted mean and covariance.
+
+    Modes: the survivors linked by distances of at most 4 h in units of the cloud's weighted
+    standard deviations (single linkage; h = (4 / (M' (D + 2)))^(1 / (D + 4)), Silverman's
+    bandwidth: farther apart than the 2-sigma reach of two kernel draws, one from each side).
+    Per mode with at least D + 1 survivors: its weighted mean m and covariance C_c = sum w (x -
+    m)(x - m)^T / (1 - sum w^2) (weights normalized in the mode; the divisor is the weighted
+    form of Bessel's correction: without it each resampling's weights, however little they say
+    about a coordinate, shrink its spread by 1 - sum w^2 on average, and over the hundreds of
+    resamplings of a run the cloud's angle spread collapsed far below its error), each copy
+    x -> m + a (x - m) + h_c e, e ~ N(0, C_c), a = sqrt(1 - h_c^2) (h_c from the mode's count
+    of copies), and the copies' deviations then mapped linearly onto exactly mean m and
+    covariance C_c (the random part of the copies' spread otherwise drifts too).  Modes with
+    fewer survivors are not moved (their covariance is degenerate).  With ``C`` (D, D) given,
+    the whole cloud is one mode with that covariance (a Kalman-updated one when the weighted
+    one is degenerate: :func:`_updated_covariance`).  Square roots are Cholesky factors of
+    the correlations (:func:`~mbfg.estimation.common.correlation_cholesky`): they follow a
+    change of units of z and zdot exactly."""
+    from scipy.sparse.csgraph import connected_components
+    M, D = sel.size, dev.shape[1]
+    move = np.zeros((M, D))
+    if C is not None:
+        labels, members, given = np.zeros(M, int), [np.unique(sel)], C
+    else:
+        h = (4.0 / (M * (D + 2))) ** (1.0 / (D + 4))
+        survivors, copy_of = np.unique(sel, return_inverse=True)
+        wn = w / w.sum()
+        mean = wn @ dev
+        sd = np.sqrt(wn @ (dev - mean) ** 2)
+        x = (dev[survivors] - mean) / np.where(sd > 0.0, sd, 1.0)
+        near = np.sum((x[:, None, :] - x[None, :, :]) ** 2, axis=-1) <= (4.0 * h) ** 2
+        n_modes, mode_of = connected_components(near, directed=False)
+        labels = mode_of[copy_of]
+        if one_mode_only and n_modes > 1:
+            return move
+        members = [survivors[mode_of == c] for c in range(n_modes)]
+    for c, mem in enumerate(members):
+        copies = np.flatnonzero(labels == c)
+        wc = w[mem] / w[mem].sum()
+        m = wc @ dev[mem]
+        if C is None:
+            if mem.size < D + 1:
+                continue
+            dm = dev[mem] - m
+            given = (wc[:, None] * dm).T @ dm / (1.0 - float(wc @ wc))
+        try:
+            L = correlation_cholesky(given)
+        except np.linalg.LinAlgError:
+            continue
+        Mc = copies.size
+        hc = (4.0 / (Mc * (D + 2))) ** (1.0 / (D + 4))
+        y = dev[sel[copies]] - m
+        y_new = math.sqrt(1.0 - hc * hc) * y + hc * rng.normal(size=(Mc, D)) @ L.T
+        if Mc > D + 1:
+            yc = y_new - y_new.mean(axis=0)
+            try:
+                Lv = correlation_cholesky(yc.T @ yc / Mc)
+                y_new = np.linalg.solve(Lv, yc.T).T @ L.T
+            except np.linalg.LinAlgError:
+                pass
+        move[copies] = y_new - y
+    return move
 
 
 def _updated_covariance(model, sensors, avail, sig, zp, zdp, wprior, live, angular, center,
@@ -981,17 +1042,18 @@ def particle_filter(
         shrink = (M > M_target and max(p_plus[k], 1.0 - p_plus[k]) > 0.99
                   and np.all(zstd[k] < zs0))
         if ess < resample_threshold * M or shrink:
-            # tracking: copies of a survivor are moved by the shrunk kernel, which keeps the
-            # cloud's mean and covariance (the angle's spread is otherwise only renewed by the
-            # step's noise, dt^2 / 2 sigma_a, and collapses); not over the first 1 / omega_c,
-            # where a kernel fitted to the first readings' cloud moves particles between its
-            # modes
-            kernel = regularize and init == "gaussian" and k >= own_time
+            # tracking: copies of a survivor are moved by the shrunk kernel fitted per mode,
+            # which keeps each mode's mean and covariance (the angle's spread is otherwise only
+            # renewed by the step's noise, dt^2 / 2 sigma_a, and collapses)
+            kernel = regularize and init == "gaussian" and k > 0
+            # (over the first 1 / omega_c the readings are still separating the modes the
+            # initial spread covers: the copies move only while the survivors form one mode)
+            settling = k < own_time
             if kernel:
                 dev = np.concatenate([dz, zd - zdm], axis=1)    # about the estimate
-                C = (w[:, None] * dev).T @ dev
-                if (ess < dev.shape[1] + 1 and k > 0 and avail and wprior is not None
-                        and not restarted):
+                C = None
+                if (ess < dev.shape[1] + 1 and avail and wprior is not None
+                        and not restarted and not settling):
                     # fewer effective particles than the covariance has dimensions (precise
                     # readings on a spread cloud, as when they resume after a gap): the
                     # weighted covariance is degenerate, and the kernel takes the Gaussian
@@ -1013,7 +1075,7 @@ def particle_filter(
                 # readings stays sampled at that resolution
                 zr, zdr = z + roughen * rng.normal(size=z.shape), zd
             elif kernel:
-                move = _liu_west_moves(dev[sel], C, rng)
+                move = _kernel_moves(dev, w, sel, rng, C, one_mode_only=settling)
                 zr, zdr = z + move[:, :d], zd + move[:, d:]
             if zr is not None:        # the moved copies assembled, each on its own branch
                 qr, okr = solve_positions_batch(model, q + np.einsum("pij,pj->pi", st.R, zr - z),
