@@ -344,7 +344,7 @@ def _kernel_moves(dev, w, sel, rng, C=None, one_mode_only=False):
         wc = w[mem] / w[mem].sum()
         m = wc @ dev[mem]
         if C is None:
-            if mem.size < D + 1:
+            if mem.size < D + 1 or not float(wc @ wc) < 1.0:   # (one survivor has it all)
                 continue
             dm = dev[mem] - m
             given = (wc[:, None] * dm).T @ dm / (1.0 - float(wc @ wc))
