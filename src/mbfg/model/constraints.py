@@ -124,19 +124,45 @@ def _angle_hessian_slots(mech):
     return mask, rows, cols, mech.angle_coords[rows - mech.m_quadratic]
 
 
+def _shared_terms(mech, q2):
+    """The terms Phi and Phi_q of T states q2 (T, n) share: (u, H u) of the quadratic rows
+    (:func:`_local`, :func:`_quad_Hu`; None without such rows) and the angle rows'
+    :func:`_angle_terms` (None without angles)."""
+    quad = None
+    if mech.m_quadratic:
+        u = _local(mech.quad_coords, q2)
+        quad = (u, _quad_Hu(mech, u))
+    return quad, (_angle_terms(mech, q2) if mech.angle_coords.size else None)
+
+
+def _position_values(mech, q2, terms):
+    """Phi of T states (T, m) from their :func:`_shared_terms`."""
+    quad, angles = terms
+    out = np.empty((q2.shape[0], mech.m))
+    mq = mech.m_quadratic
+    if quad is not None:
+        u, Hu = quad
+        out[:, :mq] = np.einsum("tki,tki->tk", 0.5 * Hu + mech.quad_g, u) + mech.quad_c
+    if angles is not None:
+        dx, dy, s, c = angles
+        out[:, mq:] = dx * s - dy * c
+    return out
+
+
 def position_constraints(mech: Mechanism, q: ArrayLike) -> np.ndarray:
     """Phi(q), Eq. (1) / (24a).  Shape (..., m)."""
     q2, lead = _flat(mech, q)
-    out = np.empty((q2.shape[0], mech.m))
-    mq = mech.m_quadratic
-    if mq:
-        u = _local(mech.quad_coords, q2)
-        out[:, :mq] = np.einsum("tki,tki->tk", 0.5 * _quad_Hu(mech, u) + mech.quad_g, u) \
-            + mech.quad_c
-    if mech.angle_coords.size:
-        dx, dy, s, c = _angle_terms(mech, q2)
-        out[:, mq:] = dx * s - dy * c
-    return out.reshape(lead + (mech.m,))
+    return _position_values(mech, q2, _shared_terms(mech, q2)).reshape(lead + (mech.m,))
+
+
+def position_constraints_and_jacobian(mech: Mechanism, q: ArrayLike) -> tuple:
+    """``(Phi, Phi_q)`` of T states q (T, n): Phi (T, m) as :func:`position_constraints`
+    and Phi_q as :func:`constraint_jacobian` with ``sparse=True``, the terms they share
+    computed once (the position solver's Newton iteration, Eq. 1)."""
+    q2, _ = _flat(mech, q)
+    terms = _shared_terms(mech, q2)
+    return (_position_values(mech, q2, terms),
+            StackedSparse(_jacobian_values(mech, q2, terms=terms), mech._jacobian_pattern))
 
 
 def _on_pattern(mech, values, lead, pattern, sparse):
@@ -150,12 +176,15 @@ def _on_pattern(mech, values, lead, pattern, sparse):
     return out.reshape(lead + pattern.shape)
 
 
-def _jacobian_values(mech, q2, angles=None):
-    """Phi_q of T states on ``mech._jacobian_pattern``: (T, nnz)."""
+def _jacobian_values(mech, q2, angles=None, terms=None):
+    """Phi_q of T states on ``mech._jacobian_pattern``: (T, nnz); ``angles`` their
+    :func:`_angle_terms` or ``terms`` their :func:`_shared_terms` if already computed."""
+    quad, angles = (None, angles) if terms is None else terms
     parts = []
     if mech.m_quadratic:
         mask = mech._quad_slots[0]
-        parts.append((_quad_Hu(mech, _local(mech.quad_coords, q2)) + mech.quad_g)[:, mask])
+        Hu = _quad_Hu(mech, _local(mech.quad_coords, q2)) if quad is None else quad[1]
+        parts.append((Hu + mech.quad_g)[:, mask])
     if mech.angle_coords.size:
         dx, dy, s, c = _angle_terms(mech, q2) if angles is None else angles
         D = mech.angle_D
@@ -527,7 +556,8 @@ def take_rows(a: ArrayLike, rows: ArrayLike, trailing: int = 0) -> np.ndarray:
 
 
 __all__ = [
-    "position_constraints", "constraint_jacobian", "hessian_times", "constraint_jacobian_dot",
+    "position_constraints", "position_constraints_and_jacobian", "constraint_jacobian",
+    "hessian_times", "constraint_jacobian_dot",
     "constraint_hessian", "hessian_weighted_sum", "velocity_constraints", "acceleration_bias",
     "acceleration_bias_jacobian", "acceleration_constraints", "independent_rows", "take_rows",
     "solve_jacobian", "acceleration_constraints_jacobian", "sparse_kernels", "sparse_solves",

@@ -87,7 +87,7 @@ def solve_position(
     idx = np.asarray(fixed_indices, dtype=int)
     if idx.size:
         q[idx] = np.asarray(fixed_values, dtype=float)
-    free = np.setdiff1d(np.arange(mech.n), idx)
+    free = _other_indices(mech.n, idx)
     s_free = coordinate_scales(mech)[free]
     with np.errstate(all="ignore"):
         scale = constraint_scales(mech, q)
@@ -476,7 +476,7 @@ def solve_positions_batch(
         # a held angle moved beyond a quarter turn from the guess's can pull a body's points
         # onto the spurious root of its angle row (the body half a turn against its angle):
         # such a jump is taken again by continuation, in steps of at most ANGLE_STAGE
-        held = np.isin(idx, mech.angle_coords)
+        held = _is_angle(mech, idx)
         if held.any():
             far = np.max(np.abs(q[:, idx[held]] - guess[:, idx[held]]), axis=1) > np.pi / 2
             rows = np.flatnonzero(far & ok)
@@ -510,7 +510,7 @@ def _positions_by_continuation(mech, guess, idx, target, tol, max_iter):
     whole turns at the end: a crank's configuration after k turns is the one it started
     from (a diverged filter's sigma points can ask for 1e6 rad; after a 4 s gap the UKF's
     reach beyond two turns)."""
-    held = np.isin(idx, mech.angle_coords)
+    held = _is_angle(mech, idx)
     with np.errstate(invalid="ignore"):              # (a target that is not finite fails)
         part = wrap_angle(target - guess[:, idx])
     # each held angle's goal within half a turn of the guess (wrapped, so bounded even for a
@@ -534,20 +534,41 @@ def _positions_by_continuation(mech, guess, idx, target, tol, max_iter):
     return q, ok
 
 
+def _other_indices(n, idx):
+    """The sorted indices of range(n) not in idx (np.setdiff1d without its sort, which
+    costs more than a small solve's iteration)."""
+    keep = np.ones(n, bool)
+    keep[idx] = False
+    return np.flatnonzero(keep)
+
+
+def _is_angle(mech, idx):
+    """(k,) bool: whether each coordinate of idx is an angle (np.isin without its sort)."""
+    angle = np.zeros(mech.n, bool)
+    angle[mech.angle_coords] = True
+    return angle[idx]
+
+
 def _newton_positions(mech, q, idx, tol, max_iter):
     """Batched Newton on the free coordinates of q (N, n), its coordinates idx held
     (:func:`solve_positions_batch`); (q, converged)."""
-    free = np.setdiff1d(np.arange(mech.n), idx)
-    s_free = coordinate_scales(mech)[free]
-    with np.errstate(all="ignore"):
-        scale = constraint_scales(mech, q)
+    free = _other_indices(mech.n, idx)
+    coords = coordinate_scales(mech)
+    s_free = coords[free]
+    sparse = C.sparse_solves(mech)
     active = np.ones(q.shape[0], bool)
     ok = np.zeros(q.shape[0], bool)
     for it in range(max_iter + 1):
         ai = np.flatnonzero(active)
         qa = q[ai]
-        rows, J = C.solve_jacobian(mech, qa)
-        phi = C.take_rows(C.position_constraints(mech, qa), rows)
+        phi, Jq = C.position_constraints_and_jacobian(mech, qa)
+        if it == 0:                  # the row scales at the guesses (qa is all of q)
+            with np.errstate(all="ignore"):
+                scale = constraint_scales(mech, q, coords, jacobian=Jq)
+        # C.solve_jacobian's rows and Jacobian, from the Phi_q in hand
+        rows, J = (np.asarray(mech.independent_rows), Jq) if sparse else \
+            C.solve_jacobian(mech, qa, Jq.toarray())
+        phi = C.take_rows(phi, rows)
         with np.errstate(all="ignore"):
             rel = phi / C.take_rows(scale[ai], rows)
         res = np.max(np.abs(rel), axis=-1) if rel.shape[-1] else np.zeros(ai.size)

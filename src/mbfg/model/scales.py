@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
     from mbfg.model.mechanism import Mechanism
+    from mbfg.model.stacked_sparse import StackedSparse
 
 
 @dataclass(frozen=True)
@@ -64,16 +65,21 @@ def coordinate_scales(mech: Mechanism) -> np.ndarray:
 
 
 def constraint_scales(
-    mech: Mechanism, q: ArrayLike, coordinates: np.ndarray | None = None
+    mech: Mechanism, q: ArrayLike, coordinates: np.ndarray | None = None,
+    jacobian: StackedSparse | None = None,
 ) -> np.ndarray:
     """(m,) scale of each constraint row at q: ||Phi_q,i(q) diag(coordinates)||, so that
     Phi_i / scale_i is a distance to the manifold relative to the coordinates' scales
     (default :func:`coordinate_scales`).  A row whose gradient vanishes (a singular
-    configuration) gets the largest row's scale."""
+    configuration) gets the largest row's scale.  ``jacobian``: Phi_q at the states of q,
+    flattened (:func:`~mbfg.model.constraints.constraint_jacobian` with ``sparse=True``), if
+    the caller has it."""
     c = coordinate_scales(mech) if coordinates is None else np.broadcast_to(
         np.asarray(coordinates, float), (mech.n,))
     q = np.asarray(q, float)
-    rows = C.constraint_jacobian(mech, q.reshape(-1, mech.n), sparse=True).row_norms(c)
+    J = C.constraint_jacobian(mech, q.reshape(-1, mech.n), sparse=True) if jacobian is None \
+        else jacobian
+    rows = J.row_norms(c)
     rows = rows.reshape(q.shape[:-1] + (mech.m,))
     largest = np.max(rows, axis=-1, keepdims=True, initial=0.0)
     # (every gradient zero, a degenerate mechanism: the rows are measured in their own units)
