@@ -296,3 +296,66 @@ def test_particles_that_diverge_in_a_gap_do_not_break_the_filter(length, mass):
         assert np.all(np.isfinite(res.q))
     except ConvergenceError as exc:
         assert np.all(np.isfinite(exc.partial.q))
+
+
+@pytest.mark.parametrize("steps", [1, 4, 8])
+def test_the_noise_adaptation_counts_the_unread_steps_noise(steps):
+    """Readings every few steps: the truth takes the acceleration noise at every step, read
+    or not, so the innovation at a reading carries the noise of every step since the last.
+    Monte-Carlo of 400 truths from one assembled state of the review four-bar (crank angle
+    and rate read), each propagated ``steps`` steps as the filter propagates particles (RK4
+    and the step's noise), against the noise-free prediction: the normalized innovation
+    against the proposal's ``nis_since`` has the readings' dimension (2) as mean (1.86,
+    2.02, 2.18 for 1, 4, 8 steps), where against this step's noise alone (``nis``) it is
+    3.26 after 4 steps and 5.44 after 8: the adaptation, which wants 1 per reading, read the
+    unread steps' noise as too little noise and ran to its limit (10x) with the crank
+    gyroscope read every 4th step."""
+    from mbfg.estimation.common import predict_readings
+    from mbfg.estimation.particle import _proposal
+    from mbfg.model.dynamics import independent_state
+    from mbfg.model.integrate import independent_step
+    from mbfg.model.kinematics import solve_positions_batch
+    _, model, _, truth = _review(0.5)
+    t, q_true, qd_true, _ = truth
+    sensors = SensorSet([*sensor_setups()["encoder"], *sensor_setups()["gyro-crank"]])
+    idx = np.array([model.coordinate_index("theta0")])
+    s, wc = noise_scales(model, idx)
+    sa2 = (0.1 * wc * wc * s) ** 2                      # the filter's floor
+    sig = [x.sigma for x in sensors]
+    rng = np.random.default_rng(7)
+    N = 400
+
+    def step(q, z, zd, f, noise):
+        st, z1, zd1, _ = independent_step(model, q, z, zd, f, idx, DT, method="rk4")
+        z1, zd1 = z1 + 0.5 * DT * DT * noise, zd1 + DT * noise
+        q1, ok = solve_positions_batch(model, st.q + np.einsum("pij,pj->pi", st.R,
+                                                               z1 - st.q[:, idx]), idx, z1)
+        assert ok.all()
+        return independent_state(model, q1, idx, zd1), z1, zd1
+
+    k0 = int(0.3 / DT)                                  # the crank in motion
+    st0 = independent_state(model, q_true[k0][None], idx, qd_true[k0][None, idx])
+    truths = independent_state(model, np.repeat(st0.q, N, 0), idx, np.repeat(st0.qd[:, idx],
+                                                                               N, 0))
+    z, zd = truths.q[:, idx], truths.qd[:, idx]
+    pred, zp, zdp = st0, st0.q[:, idx], st0.qd[:, idx]
+    for j in range(steps):
+        truths, z, zd = step(truths.q, z, zd, truths.zdd, np.sqrt(sa2) * rng.normal(size=(N, 1)))
+        if j < steps - 1:
+            pred, zp, zdp = step(pred.q, zp, zdp, pred.zdd, np.zeros((1, 1)))
+    # the particle's prediction to the read step, without its noise
+    sp, _, zd_read, _ = independent_step(model, pred.q, zp, zdp, pred.zdd, idx, DT,
+                                         method="rk4")
+    dummy = [(i, np.zeros(x.dim)) for i, x in enumerate(sensors)]
+    h, _, _ = predict_readings(model, sensors, dummy, truths.q, truths.qd, truths.qdd)
+    o = h + np.array(sig) * rng.normal(size=h.shape)
+    nis, nis_since = [], []
+    for i in range(N):
+        avail = [(0, o[i, :1]), (1, o[i, 1:])]
+        prop = _proposal(model, sensors, avail, sp, zd_read, sp.zdd, sig, sa2, DT, steps=steps)
+        nis.append(prop[2][0])
+        nis_since.append(prop[8][0])
+    se = 2.0 / np.sqrt(N)                               # standard error of 400 chi2(2)
+    assert abs(np.mean(nis_since) - 2.0) < 4.0 * se
+    if steps > 1:
+        assert np.mean(nis) - 2.0 > 4.0 * se

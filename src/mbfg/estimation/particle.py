@@ -241,28 +241,34 @@ def _need(value, name, w):
                          f"mechanism has none of; give {name}=...")
 
 
-def _proposal(model, sensors, avail, st, zd, f, sig, sa2, dt, coef=None):
+def _proposal(model, sensors, avail, st, zd, f, sig, sa2, dt, coef=None, steps=1):
     """Linearized optimal proposal at the predicted states: innovation r (N, k), its
     covariance S (N, k, k), mean (N, d) and covariance (N, d, d) of w, and the readings'
     angular mask.  ``st`` holds q, R at the predicted positions, ``zd``, ``f`` the predicted
-    rates and model accelerations."""
+    rates and model accelerations.
+
+    Returned: ``(mean, P, nis, var, ang, o, r, S, nis_since)``; nis (N,) is r^T S^-1 r for
+    this step's noise, nis_since the same with the noise of the ``steps`` steps since the
+    last readings (the step's own and ``steps - 1`` earlier ones, unread, propagated at this
+    state's Jacobians: a rate moves by dt w, a position by dt^2 (m + 1/2) w for noise m steps
+    back), the innovation covariance the noise adaptation must compare against when readings
+    come every ``steps`` steps (``nis`` itself when ``steps`` is 1)."""
     R = st.R
     qd = np.einsum("pij,pj->pi", R, zd)
     qdd = np.einsum("pij,pj->pi", st.S, st.c) + np.einsum("pij,pj->pi", R, f)
     h, o, ang = predict_readings(model, sensors, avail, st.q, qd, qdd)
     r = innovation(o[None], h, ang)
     cq, cv, ca = (0.5 * dt * dt, dt, 1.0) if coef is None else coef
-    blocks = []
+    blocks, of_q, of_v = [], [], []
     for i, _ in avail:
         J = sensors[i].jacobians(model, st.q, qd, qdd)
-        H = 0.0
-        if "q" in J and cq:
-            H = H + cq * (J["q"] @ R)
-        if "v" in J and cv:
-            H = H + cv * (J["v"] @ R)
-        if "a" in J and ca:
-            H = H + ca * (J["a"] @ R)
-        blocks.append(np.broadcast_to(H, (R.shape[0], sensors[i].dim, R.shape[2])))
+        shape = (R.shape[0], sensors[i].dim, R.shape[2])
+        Hq = np.broadcast_to(J["q"] @ R, shape) if "q" in J and cq else np.zeros(shape)
+        Hv = np.broadcast_to(J["v"] @ R, shape) if "v" in J and cv else np.zeros(shape)
+        Ha = np.broadcast_to(J["a"] @ R, shape) if "a" in J and ca else 0.0
+        blocks.append(cq * Hq + cv * Hv + ca * Ha)
+        of_q.append(Hq)
+        of_v.append(Hv)
     H = np.concatenate(blocks, axis=1)                              # (N, k, d)
     var = reading_variances(sensors, avail, sig)
     sa2 = np.broadcast_to(sa2, (R.shape[0], R.shape[2]))
@@ -273,7 +279,18 @@ def _proposal(model, sensors, avail, st, zd, f, sig, sa2, dt, coef=None):
     mean = np.einsum("pdl,pl->pd", K, r)
     P = sa2[:, :, None] * np.eye(sa2.shape[1])[None] - np.einsum("pdl,plj->pdj", K, HS)
     nis = np.einsum("pk,pkl,pl->p", r, Sinv, r)
-    return mean, P, nis, var, ang, o, r, S
+    nis_since = nis
+    if steps > 1:
+        # the earlier steps' noise: H_m = cq (2m + 1) Hq + cv Hv, m = 1 .. steps - 1
+        a = cq * (2.0 * np.arange(1, steps) + 1.0)
+        Hq, Hv = np.concatenate(of_q, axis=1), np.concatenate(of_v, axis=1)
+        qS, vS = Hq * sa2[:, None, :], Hv * sa2[:, None, :]
+        qv = np.einsum("pkd,pld->pkl", qS, Hv)
+        S_since = S + np.sum(a * a) * np.einsum("pkd,pld->pkl", qS, Hq) \
+            + (steps - 1) * cv * cv * np.einsum("pkd,pld->pkl", vS, Hv) \
+            + cv * np.sum(a) * (qv + np.swapaxes(qv, -1, -2))
+        nis_since = np.einsum("pk,pk->p", r, np.linalg.solve(S_since, r[..., None])[..., 0])
+    return mean, P, nis, var, ang, o, r, S, nis_since
 
 
 def _gate_readings(prop, wprior, sensors, avail, probability):
@@ -780,6 +797,7 @@ def particle_filter(
     streak = 0
     resume_spread = np.zeros(d)  # the cloud's rate spread when readings last resumed
     adapt2, nis_bar = 1.0, 1.0
+    last_read = 0                # the last step with readings
     decided = False
     z_prev = q0a[idx].copy()
     zd_prev = np.array(zd0, float)
@@ -860,7 +878,8 @@ def particle_filter(
                         # configuration (a relative angle can come out a half turn off)
                         q_ref = qp[int(np.argmax(wr))]
             found = watch.observe(k, q_ref, idx, zd_prev, spread)
-            prop = _proposal(model, sensors, avail, sp, zdp, fp, sig, sa2k, dt) if avail else None
+            prop = _proposal(model, sensors, avail, sp, zdp, fp, sig, sa2k, dt,
+                             steps=k - last_read) if avail else None
             if (prop is not None and gate is not None and wprior is not None
                     and not (restarts and k - restarts[-1] <= patience)):
                 # (not right after a restart: its fresh cloud is no reference yet)
@@ -870,7 +889,7 @@ def particle_filter(
                         sensors[i].dim for i, _ in kept)
                     avail = kept
                     prop = _proposal(model, sensors, avail, sp, zdp, fp, sig, sa2k,
-                                     dt) if avail else None
+                                     dt, steps=k - last_read) if avail else None
                     if not avail:          # every reading rejected: counts for the monitor
                         unexplained += 1
             if avail and proposal == "optimal":
@@ -922,13 +941,19 @@ def particle_filter(
             unexplained = unexplained + 1 if not nis_min <= nis_limit[kdim] else 0
             if adapt and k > 0 and wprior is not None:
                 # covariance matching: the prior-weighted normalized innovation is 1 on average
-                # when the noise is right; raise (or lower, down to 1) the noise inflation
-                good = alive & np.isfinite(nis)
-                ratio = float(wprior[good] @ np.minimum(nis[good], 10.0 * kdim)) / max(
+                # when the noise is right; raise (or lower, down to 1) the noise inflation.
+                # Normalized by the noise of every step since the last readings: against this
+                # step's alone, readings every few steps measured the unread steps' noise as
+                # too much noise, and the adaptation ran to its limit (the review four-bar's
+                # crank gyroscope read every 4th step: the factor at ADAPT_MAX from 1 s on)
+                nis_since = prop[8] if prop is not None else nis
+                good = alive & np.isfinite(nis_since)
+                ratio = float(wprior[good] @ np.minimum(nis_since[good], 10.0 * kdim)) / max(
                     float(np.sum(wprior[good])), 1e-300) / kdim
                 nis_bar = (1.0 - ADAPT_RATE) * nis_bar + ADAPT_RATE * ratio
                 adapt2 = float(np.clip(adapt2 * nis_bar ** ADAPT_RATE, 1.0, ADAPT_MAX ** 2))
             infl_t[k] = math.sqrt(adapt2)
+            last_read = k
         mx = np.max(logw)
         # (not while a gap's global search is pending: its outcome restarts the cloud)
         lost = not np.isfinite(mx) or (unexplained >= patience and not watch.pending)
