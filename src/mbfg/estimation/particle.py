@@ -37,7 +37,9 @@ acceleration: a floor from the mechanism's scales plus a relative model error (a
 of a well-modelled mechanism still has integration error in proportion to its acceleration).
 With ``init="gaussian"`` (tracking from a guess, possibly with a wrong model) the noise is
 also adapted by covariance matching: the prior-weighted normalized innovation squared per
-reading component averages 1 when the noise is right; its running mean (rate
+reading component averages 1 when the noise is right (normalized by the noise of every step
+since the last readings, so that readings every few steps do not count the unread steps'
+noise as too little noise); its running mean (rate
 :data:`ADAPT_RATE`) scales the noise variance up, to at most :data:`ADAPT_MAX`^2 times, and
 back down to 1.  With ``init="uniform"`` it is not adapted: there the innovations measure
 the spread of the hypotheses, not the noise.
