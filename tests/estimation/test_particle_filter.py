@@ -200,6 +200,31 @@ def test_kernel_moves_keep_each_modes_mean_and_covariance():
     assert np.allclose(np.cov(moved.T, bias=True), C, rtol=1e-9, atol=0)
 
 
+def test_while_settling_a_mode_too_small_to_move_does_not_hold_the_others_back():
+    """Over the first 1 / omega_c the kernel moves copies only while one mode can be moved:
+    a main mode beside two far survivors (fewer than D + 1 = 3, whose covariance is
+    degenerate) is moved, and the two survivors' copies stay where they are; beside a second
+    mode of many survivors nothing moves."""
+    from mbfg.estimation.common import systematic_resample
+    from mbfg.estimation.particle import _kernel_moves
+    rng = np.random.default_rng(5)
+    M = 400
+    x = rng.normal(size=(M, 2))
+    x[:2] += [40.0, 0.0]                   # two far particles, heavy enough to survive
+    w = np.full(M, 1.0)
+    w[:2] = 20.0
+    w /= w.sum()
+    sel = systematic_resample(w, rng, M)
+    assert np.isin([0, 1], sel).all()
+    move = _kernel_moves(x - w @ x, w, sel, rng, one_mode_only=True)
+    small = sel < 2
+    assert np.all(move[small] == 0.0) and np.all(np.any(move[~small] != 0.0, axis=1))
+    x[: M // 4] += [40.0, 0.0]             # a second mode of a hundred survivors
+    w = np.full(M, 1.0 / M)
+    sel = systematic_resample(w, rng, M)
+    assert np.all(_kernel_moves(x - w @ x, w, sel, rng, one_mode_only=True) == 0.0)
+
+
 def test_review_coupler_gyroscope_converges_from_the_wrong_angle():
     """Rates only: the pi/16 initial error is corrected through the dynamics (the Kalman
     filters reach about 0.0007 rad after 2 s on this setup)."""
