@@ -93,9 +93,15 @@ def test_particle_filter_without_a_branch_dyad():
 
 
 def test_particle_filter_start_is_informed_by_precise_first_readings():
+    """Where no particle of the prior's draw explains the first readings (precise markers on
+    the five-bar's two coordinates, 200 particles from the start) the readings inform the
+    positions; the default denser cover over the first 1 / omega_c (1000) has a particle
+    that explains them and needs no informed start."""
     w = _watched("five-bar", 4.0, 200.0)
-    _, res = _rmse(w, "pf")
-    assert res.stats["informed_start"]
+    err, res = _rmse(w, "pf", initial_particles=200)
+    assert res.stats["informed_start"] and err < MARKER_SIGMA, err
+    err, res = _rmse(w, "pf")
+    assert not res.stats["informed_start"] and err < MARKER_SIGMA, err
     _, res = _rmse(_watched("crank-rocker", 4.0, 200.0), "pf")
     assert not res.stats["informed_start"]    # one coordinate: the prior's draw covers it
 

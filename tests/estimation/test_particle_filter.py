@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 import mbfg
-from mbfg.benchmarking.estimation_review import (review_fourbar, sensor_setups,
-                                                 simulate_prototype)
+from mbfg.benchmarking.estimation_review import (review_condition, review_fourbar,
+                                                 sensor_setups, simulate_prototype,
+                                                 thin_readings)
 from mbfg.errors import ConvergenceError, UsageError
-from mbfg.estimation.particle import (MODEL_ERROR, branch_sign, mirror_branch, noise_scales,
-                                      particle_filter)
+from mbfg.estimation.particle import (MODEL_ERROR, SETTLING_COVER, branch_sign,
+                                      mirror_branch, noise_scales, particle_filter)
 from mbfg.model import build_mechanism
 from mbfg.model.integrate import integrate_reference
 from mbfg.model.sensors import Gyroscope, Readings, SensorSet, wrap_angle
@@ -160,6 +161,43 @@ def test_review_crank_gyroscope_reports_a_spread_that_holds_the_angle():
     covered = []
     for seed in (61, 62, 63, 64):
         res, e, _ = _review_run("gyro-crank", 6.0, seed=seed)
+        covered.append(np.mean(np.abs(e[100:]) <= 2.0 * res.z_std[100:, 0]))
+    assert np.mean(covered) >= 0.85
+
+
+def test_a_gaussian_start_holds_more_particles_while_settling():
+    """A Gaussian start holds SETTLING_COVER times the particles over the first 1 / omega_c
+    (the readings are still separating the initial spread's modes), and the tracking count
+    after it; given ``initial_particles`` equal to ``n_particles`` it holds that count."""
+    _, model, _, _ = _review(1.2)
+    own_time = int(np.ceil(1.0 / (noise_scales(model, [0])[1] * DT)))
+    res, _, readings = _review_run("gyro-crank", 1.2, seed=65, n_particles=40)
+    pop = res.stats["population"]
+    assert np.all(pop[:own_time] == SETTLING_COVER * 40) and pop[-1] == 40
+    res, _, _ = _review_run("gyro-crank", 1.2, seed=65, readings=readings, n_particles=40,
+                            initial_particles=40)
+    assert np.all(res.stats["population"] == 40)
+
+
+def test_review_crank_gyroscope_with_readings_every_4th_step_keeps_the_angles_spread():
+    """One crank-gyroscope reading every 4th step (the review condition "every 4th step"):
+    with the denser cover while settling the 2-sigma band holds the true angle after 0.5 s in
+    99-100 % of the steps on these seeds (4 s runs).  With 200 particles from the start
+    (``initial_particles=200``) the cloud collapsed onto a cluster 0.007-0.011 rad beside the
+    truth on each of them (coverage 0-1 %).  These are three of the seven trace seeds of
+    2000-2019 (the ones the change was made on) where that happened: a regression test; the
+    judgement is the 20-seed benchmark in docs/benchmarks.md."""
+    proto, model, q0, setups, stride = review_condition("every 4th step")
+    t, q, qd, qdd = simulate_prototype(proto, 4.0, DT)
+    sensors = setups["gyro-crank"]
+    k = model.coordinate_index("theta0")
+    covered = []
+    for seed in (2006, 2009, 2018):
+        readings = thin_readings(sensors.synthesize(proto, t, q, qd, qdd,
+                                                    rng=np.random.default_rng(seed)), stride)
+        res = mbfg.estimate(model, sensors, readings, DT, len(t), method="pf", seed=seed,
+                            q0=q0, qd0=np.zeros(model.n))
+        e = wrap_angle(res.q[:, k] - q[:, k])
         covered.append(np.mean(np.abs(e[100:]) <= 2.0 * res.z_std[100:, 0]))
     assert np.mean(covered) >= 0.85
 
