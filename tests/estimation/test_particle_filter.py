@@ -361,6 +361,74 @@ def test_particles_that_diverge_in_a_gap_do_not_break_the_filter(length, mass):
         assert np.all(np.isfinite(exc.partial.q))
 
 
+def _noisy_step(model, idx, q, z, zd, f, noise):
+    """One RK4 step of states (q (N, n), z, zd (N, d), accelerations f) with the acceleration
+    noise ``noise`` (N, d) held over it, as the particle filter propagates a particle:
+    (IndependentState, z, zd) after the step."""
+    from mbfg.model.dynamics import independent_state
+    from mbfg.model.integrate import independent_step
+    from mbfg.model.kinematics import solve_positions_batch
+    st, z1, zd1, _ = independent_step(model, q, z, zd, f, idx, DT, method="rk4")
+    z1, zd1 = z1 + 0.5 * DT * DT * noise, zd1 + DT * noise
+    q1, ok = solve_positions_batch(model, st.q + np.einsum("pij,pj->pi", st.R,
+                                                           z1 - st.q[:, idx]), idx, z1)
+    assert ok.all()
+    return independent_state(model, q1, idx, zd1), z1, zd1
+
+
+def test_the_noise_adaptation_is_calibrated_for_a_spread_cloud():
+    """Covariance matching with a cloud: 200 particles and 400 truths drawn from one
+    Gaussian about a moving state of the review four-bar (crank angle and rate spread by
+    2 and 4 of the gyroscope's sigma in units of dt), each truth propagated one step with
+    the filter's acceleration noise and read by the crank gyroscope.  The truth is then a
+    draw from the cloud's predictive distribution, so its innovation's normalized square
+    under that distribution (the statistic the adaptation uses, from
+    :func:`_predictive_innovation`) is chi-square with 1 degree of freedom: mean 1 (0.94
+    here, standard error 0.07).  The prior-weighted mean of each particle's own r^T S^-1 r,
+    which the adaptation used before, is 1 + 2 tr(S^-1 C_h) on average (C_h the spread of
+    the predicted readings): 22 here, with the noise exactly right; in the filter it raised
+    the noise up to 4x on the crank gyroscope's noise x3 condition."""
+    from mbfg.estimation.common import predict_readings
+    from mbfg.estimation.particle import _predictive_innovation, _proposal
+    from mbfg.model.dynamics import independent_state
+    from mbfg.model.integrate import independent_step
+    _, model, _, truth, _, _ = _review(0.5)
+    t, q_true, qd_true, _ = truth
+    sensors = sensor_setups()["gyro-crank"]
+    sigma = sensors[0].sigma
+    idx = np.array([model.coordinate_index("theta0")])
+    s, wc = noise_scales(model, idx)
+    sa2 = (0.1 * wc * wc * s) ** 2                      # the filter's floor
+    rng = np.random.default_rng(11)
+    P, N = 200, 400
+    k0 = int(0.3 / DT)                                  # the crank in motion
+    z_sd, zd_sd = 2.0 * sigma * DT, 4.0 * sigma
+    z = q_true[k0, idx] + z_sd * rng.normal(size=(P + N, 1))
+    zd = qd_true[k0, idx] + zd_sd * rng.normal(size=(P + N, 1))
+    from mbfg.model.kinematics import solve_positions_batch
+    q, ok = solve_positions_batch(model, np.repeat(q_true[k0][None], P + N, 0), idx, z)
+    assert ok.all()
+    st = independent_state(model, q, idx, zd)
+    cloud, truths = st.select(np.arange(P)), st.select(np.arange(P, P + N))
+    truths, _, _ = _noisy_step(model, idx, truths.q, z[P:], zd[P:], truths.zdd,
+                               np.sqrt(sa2) * rng.normal(size=(N, 1)))
+    sp, _, zd_read, _ = independent_step(model, cloud.q, z[:P], zd[:P], cloud.zdd, idx, DT,
+                                         method="rk4")
+    h, _, _ = predict_readings(model, sensors, [(0, np.zeros(1))], truths.q, truths.qd,
+                               truths.qdd)
+    o = h + sigma * rng.normal(size=h.shape)
+    w = np.full(P, 1.0 / P)
+    mixed, own = [], []
+    for i in range(N):
+        prop = _proposal(model, sensors, [(0, o[i])], sp, zd_read, sp.zdd, [sigma], sa2, DT)
+        ybar, C = _predictive_innovation(prop[6], prop[8], w)
+        mixed.append(ybar @ np.linalg.solve(C, ybar))
+        own.append(w @ prop[2])
+    se = np.sqrt(2.0 / N)                               # standard error of 400 chi2(1)
+    assert abs(np.mean(mixed) - 1.0) < 4.0 * se
+    assert np.mean(own) - 1.0 > 4.0 * se
+
+
 @pytest.mark.parametrize("steps", [1, 4, 8])
 def test_the_noise_adaptation_counts_the_unread_steps_noise(steps):
     """Readings every few steps: the truth takes the acceleration noise at every step, read
@@ -368,7 +436,7 @@ def test_the_noise_adaptation_counts_the_unread_steps_noise(steps):
     Monte-Carlo of 400 truths from one assembled state of the review four-bar (crank angle
     and rate read), each propagated ``steps`` steps as the filter propagates particles (RK4
     and the step's noise), against the noise-free prediction: the normalized innovation
-    against the proposal's ``nis_since`` has the readings' dimension (2) as mean (1.86,
+    against the proposal's ``S_since`` has the readings' dimension (2) as mean (1.86,
     2.02, 2.18 for 1, 4, 8 steps), where against this step's noise alone (``nis``) it is
     3.26 after 4 steps and 5.44 after 8: the adaptation, which wants 1 per reading, read the
     unread steps' noise as too little noise and ran to its limit (10x) with the crank
@@ -377,7 +445,6 @@ def test_the_noise_adaptation_counts_the_unread_steps_noise(steps):
     from mbfg.estimation.particle import _proposal
     from mbfg.model.dynamics import independent_state
     from mbfg.model.integrate import independent_step
-    from mbfg.model.kinematics import solve_positions_batch
     _, model, _, truth, _, _ = _review(0.5)
     t, q_true, qd_true, _ = truth
     sensors = SensorSet([*sensor_setups()["encoder"], *sensor_setups()["gyro-crank"]])
@@ -389,12 +456,7 @@ def test_the_noise_adaptation_counts_the_unread_steps_noise(steps):
     N = 400
 
     def step(q, z, zd, f, noise):
-        st, z1, zd1, _ = independent_step(model, q, z, zd, f, idx, DT, method="rk4")
-        z1, zd1 = z1 + 0.5 * DT * DT * noise, zd1 + DT * noise
-        q1, ok = solve_positions_batch(model, st.q + np.einsum("pij,pj->pi", st.R,
-                                                               z1 - st.q[:, idx]), idx, z1)
-        assert ok.all()
-        return independent_state(model, q1, idx, zd1), z1, zd1
+        return _noisy_step(model, idx, q, z, zd, f, noise)
 
     k0 = int(0.3 / DT)                                  # the crank in motion
     st0 = independent_state(model, q_true[k0][None], idx, qd_true[k0][None, idx])
@@ -417,7 +479,8 @@ def test_the_noise_adaptation_counts_the_unread_steps_noise(steps):
         avail = [(0, o[i, :1]), (1, o[i, 1:])]
         prop = _proposal(model, sensors, avail, sp, zd_read, sp.zdd, sig, sa2, DT, steps=steps)
         nis.append(prop[2][0])
-        nis_since.append(prop[8][0])
+        r = prop[6][0]
+        nis_since.append(r @ np.linalg.solve(prop[8][0], r))
     se = 2.0 / np.sqrt(N)                               # standard error of 400 chi2(2)
     assert abs(np.mean(nis_since) - 2.0) < 4.0 * se
     if steps > 1:
