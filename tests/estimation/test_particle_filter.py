@@ -84,11 +84,15 @@ def test_review_coupler_gyroscope_keeps_its_mode_through_the_insensitive_phase()
     assert np.sqrt(np.mean(e[300:] ** 2)) < 0.005
 
 
-def test_a_loss_after_a_recovered_one_gets_its_own_restarts():
+@pytest.mark.parametrize("seed", [300, 302])
+def test_a_loss_after_a_recovered_one_gets_its_own_restarts(seed):
     """The encoder with two bursts of readings 30 sigma off (0.5 rad), each ``patience``
     readings long (no gating), at 1.5 s and 3.0 s.  Each burst loses the mode twice in a row:
     the restart at its last reading draws about that reading, and the next one, at the true
-    readings, recovers (explained for more than 1 / omega_c before the second burst).  The
+    readings, recovers (explained for more than 1 / omega_c before the second burst): its
+    cover reaches back to the state of the last explained step, which the estimate left to
+    follow the burst (without that, seed 302 was refused at the second burst, and with the
+    noise adaptation's present statistic seed 300 too).  The
     budget of ``max_restarts`` (2) counts restarts in a row, so the run ends with four, where a
     count over the whole run refuses at the third; the estimate after the second burst is
     back near the truth.  (First seen with the coupler gyroscope after a 4 s gap, gap
@@ -96,14 +100,14 @@ def test_a_loss_after_a_recovered_one_gets_its_own_restarts():
     proto, model, q0, truth, _, _ = _review(4.5)
     t, q, qd, qdd = truth
     sensors = sensor_setups()["encoder"]
-    steps, values = sensors.synthesize(proto, t, q, qd, qdd, rng=np.random.default_rng(300))[0]
+    steps, values = sensors.synthesize(proto, t, q, qd, qdd, rng=np.random.default_rng(seed))[0]
     values = np.array(values, float)
     patience = 5
     for start in (1.5, 3.0):
         burst = (steps >= round(start / DT)) & (steps < round(start / DT) + patience)
         values[burst] += 30.0 * sensors[0].sigma
     res = mbfg.estimate(model, sensors, [Readings(steps, values)], DT, len(t), method="pf",
-                        seed=300, q0=q0, qd0=np.zeros(model.n), patience=patience,
+                        seed=seed, q0=q0, qd0=np.zeros(model.n), patience=patience,
                         max_restarts=2)
     restarts = np.asarray(res.stats["restarts"]) * DT
     assert len(restarts) == 4 and np.all(np.diff(restarts)[[0, 2]] < 0.1)
@@ -111,7 +115,7 @@ def test_a_loss_after_a_recovered_one_gets_its_own_restarts():
     assert np.sqrt(np.mean(e[t >= 3.5] ** 2)) < 0.01
     with pytest.raises(ConvergenceError, match="1 restart"):     # one in a row is not enough
         mbfg.estimate(model, sensors, [Readings(steps, values)], DT, len(t), method="pf",
-                      seed=300, q0=q0, qd0=np.zeros(model.n), patience=patience,
+                      seed=seed, q0=q0, qd0=np.zeros(model.n), patience=patience,
                       max_restarts=1)
 
 

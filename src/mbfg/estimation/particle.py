@@ -116,9 +116,9 @@ particle explains ``patience`` readings in a row (or no particle assembles), the
 lost the mode: it restarts from its initial prior, at most ``max_restarts`` times in a row
 (about the current estimate with ``init="gaussian"``, its rates spread by the initial spread
 or, if larger, by the predicted cloud's rate spread when the readings last resumed after
-steps without any: after a gap a lost mode's rate can be off by several initial spreads; or
-by the distance of the estimate's rate from its rate at the last step whose readings a
-particle explained: over a burst of outliers the estimate's rate follows them; the
+steps without any: after a gap a lost mode's rate can be off by several initial spreads; its
+coordinates and rates spread at least as far as the estimate has moved from the last step
+whose readings a particle explained: over a burst of outliers the estimate follows them; the
 whole turn, both branches, rates up to twice the estimate with ``init="uniform"``, but only
 while the mechanism is slower than omega_c s: a global restart at speed locks onto wrong
 modes; after a gap's search, about the state it found).  A restart after which the filter
@@ -1053,13 +1053,17 @@ def particle_filter(
                 # global search, about the state it found, spread over the search's grid
                 # spacing (its resolution) on the branch of that state
                 if found is None:
-                    spread = np.maximum(zds0, resume_spread)
+                    spread, z_spread = np.maximum(zds0, resume_spread), zs0
                     if last_good >= 0:
-                        # the estimate's rate may have followed the unexplained readings (a
-                        # burst of outliers): the cover reaches back to the rate of the last
-                        # step whose readings a particle explained
+                        # the estimate may have followed the unexplained readings (a burst of
+                        # outliers): the cover reaches back to the state of the last step
+                        # whose readings a particle explained
                         spread = np.maximum(spread, np.abs(zd_prev - out_qd[last_good, idx]))
-                    z, zd, q, ok = draw(M, z_prev, zd_prev, out_q[k - 1], bmax_prev, spread)
+                        back = z_prev - out_q[last_good, idx]
+                        back = np.where(angular, (back + np.pi) % (2.0 * np.pi) - np.pi, back)
+                        z_spread = np.maximum(zs0, np.abs(back))
+                    z, zd, q, ok = draw(M, z_prev, zd_prev, out_q[k - 1], bmax_prev, spread,
+                                        z_spread)
                 else:
                     # the cloud the readings' resumption measured is replaced: its rate spread
                     # no longer bounds a later restart's
