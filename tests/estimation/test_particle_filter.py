@@ -396,6 +396,7 @@ def test_the_predictive_innovation_is_calibrated_for_a_spread_cloud():
     from mbfg.estimation.particle import _predictive_innovation, _proposal
     from mbfg.model.dynamics import independent_state
     from mbfg.model.integrate import independent_step
+    from mbfg.model.kinematics import solve_positions_batch
     _, model, _, truth, _, _ = _review(0.5)
     t, q_true, qd_true, _ = truth
     sensors = sensor_setups()["gyro-crank"]
@@ -409,7 +410,6 @@ def test_the_predictive_innovation_is_calibrated_for_a_spread_cloud():
     z_sd, zd_sd = 2.0 * sigma * DT, 4.0 * sigma
     z = q_true[k0, idx] + z_sd * rng.normal(size=(P + N, 1))
     zd = qd_true[k0, idx] + zd_sd * rng.normal(size=(P + N, 1))
-    from mbfg.model.kinematics import solve_positions_batch
     q, ok = solve_positions_batch(model, np.repeat(q_true[k0][None], P + N, 0), idx, z)
     assert ok.all()
     st = independent_state(model, q, idx, zd)
@@ -459,9 +459,6 @@ def test_the_noise_adaptation_counts_the_unread_steps_noise(steps):
     rng = np.random.default_rng(7)
     N = 400
 
-    def step(q, z, zd, f, noise):
-        return _noisy_step(model, idx, q, z, zd, f, noise)
-
     k0 = int(0.3 / DT)                                  # the crank in motion
     st0 = independent_state(model, q_true[k0][None], idx, qd_true[k0][None, idx])
     truths = independent_state(model, np.repeat(st0.q, N, 0), idx, np.repeat(st0.qd[:, idx],
@@ -469,9 +466,10 @@ def test_the_noise_adaptation_counts_the_unread_steps_noise(steps):
     z, zd = truths.q[:, idx], truths.qd[:, idx]
     pred, zp, zdp = st0, st0.q[:, idx], st0.qd[:, idx]
     for j in range(steps):
-        truths, z, zd = step(truths.q, z, zd, truths.zdd, np.sqrt(sa2) * rng.normal(size=(N, 1)))
+        truths, z, zd = _noisy_step(model, idx, truths.q, z, zd, truths.zdd,
+                                    np.sqrt(sa2) * rng.normal(size=(N, 1)))
         if j < steps - 1:
-            pred, zp, zdp = step(pred.q, zp, zdp, pred.zdd, np.zeros((1, 1)))
+            pred, zp, zdp = _noisy_step(model, idx, pred.q, zp, zdp, pred.zdd, np.zeros((1, 1)))
     # the particle's prediction to the read step, without its noise
     sp, _, zd_read, _ = independent_step(model, pred.q, zp, zdp, pred.zdd, idx, DT,
                                          method="rk4")

@@ -46,8 +46,9 @@ is 1 + 2 tr(S^-1 C_h) / k on average with the noise right, so it also roughens a
 cloud.  The predictive distribution's own statistic, which the gate uses
 (:func:`_predictive_innovation`), averages 1; in its place it left the noise x3 crank
 gyroscope's angle within its band (coverage 73 -> 91 % over 20 seeds) but lost the mode of
-a generated five-bar where its coordinates turn singular: docs/benchmarks.md.)  With ``init="uniform"`` it is not adapted: there the innovations measure
-the spread of the hypotheses, not the noise.
+a generated five-bar where its coordinates turn singular: docs/benchmarks.md.)  With
+``init="uniform"`` it is not adapted: there the innovations measure the spread of the
+hypotheses, not the noise.
 
 Regularized resampling.  While the branch is undecided (``init="uniform"``), copies of a
 resampled particle are spread in z over the spacing of the initial cover (range / M) and
@@ -335,9 +336,8 @@ def _predictive_innovation(r, S, wprior):
 
 def _gate_readings(prop, wprior, sensors, avail, probability):
     """The ``(index, values)`` pairs of ``avail`` that pass innovation gating against the
-    particles' predictive distribution: innovations r (N, k) and covariances S (N, k, k) of
-    :func:`_proposal` (``prop``), mixed with the prior weights ``wprior`` (N,) into a mean
-    and a covariance (law of total covariance)."""
+    particles' predictive distribution (:func:`_predictive_innovation` of the innovations
+    and covariances of :func:`_proposal`'s result ``prop``, prior weights ``wprior`` (N,))."""
     mixed = _predictive_innovation(prop[6], prop[7], wprior)
     if mixed is None:
         return avail
@@ -1054,8 +1054,7 @@ def particle_filter(
                         # outliers): the cover reaches back to the state of the last step
                         # whose readings a particle explained
                         spread = np.maximum(spread, np.abs(zd_prev - out_qd[last_good, idx]))
-                        back = z_prev - out_q[last_good, idx]
-                        back = np.where(angular, (back + np.pi) % (2.0 * np.pi) - np.pi, back)
+                        back = innovation(z_prev, out_q[last_good, idx], angular)
                         z_spread = np.maximum(zs0, np.abs(back))
                     z, zd, q, ok = draw(M, z_prev, zd_prev, out_q[k - 1], bmax_prev, spread,
                                         z_spread)
