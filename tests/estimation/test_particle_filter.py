@@ -387,11 +387,11 @@ def test_the_predictive_innovation_is_calibrated_for_a_spread_cloud():
     the filter's acceleration noise and read by the crank gyroscope.  The truth is then a
     draw from the cloud's predictive distribution, so its innovation's normalized square
     under that distribution (:func:`_predictive_innovation`, what the gate compares with a
-    chi-square quantile) is chi-square with 1 degree of freedom: mean 1 (0.94 here,
-    standard error 0.07).  The prior-weighted mean of each particle's own r^T S^-1 r, the
-    noise adaptation's statistic, is 1 + 2 tr(S^-1 C_h) on average (C_h the spread of the
-    predicted readings): 22 here, with the noise exactly right (the module docstring says
-    why the adaptation keeps it)."""
+    chi-square quantile and the noise adaptation and the fading with 1) is chi-square with
+    1 degree of freedom: mean 1 (0.94 here, standard error 0.07).  The prior-weighted mean
+    of each particle's own r^T S^-1 r, the adaptation's statistic before, is
+    1 + 2 tr(S^-1 C_h) on average (C_h the spread of the predicted readings): 22 here, with
+    the noise exactly right."""
     from mbfg.estimation.common import predict_readings
     from mbfg.estimation.particle import _predictive_innovation, _proposal
     from mbfg.model.dynamics import independent_state
@@ -425,7 +425,7 @@ def test_the_predictive_innovation_is_calibrated_for_a_spread_cloud():
     mixed, own = [], []
     for i in range(N):
         prop = _proposal(model, sensors, [(0, o[i])], sp, zd_read, sp.zdd, [sigma], sa2, DT)
-        ybar, C = _predictive_innovation(prop[6], prop[7], w)
+        ybar, C, _ = _predictive_innovation(prop[6], prop[7], w)
         mixed.append(ybar @ np.linalg.solve(C, ybar))
         own.append(w @ prop[2])
     se = np.sqrt(2.0 / N)                               # standard error of 400 chi2(1)
@@ -440,7 +440,7 @@ def test_the_noise_adaptation_counts_the_unread_steps_noise(steps):
     Monte-Carlo of 400 truths from one assembled state of the review four-bar (crank angle
     and rate read), each propagated ``steps`` steps as the filter propagates particles (RK4
     and the step's noise), against the noise-free prediction: the normalized innovation
-    against the proposal's ``nis_since`` has the readings' dimension (2) as mean (1.86,
+    against the proposal's ``S_since`` has the readings' dimension (2) as mean (1.86,
     2.02, 2.18 for 1, 4, 8 steps), where against this step's noise alone (``nis``) it is
     3.26 after 4 steps and 5.44 after 8: the adaptation, which wants 1 per reading, read the
     unread steps' noise as too little noise and ran to its limit (10x) with the crank
@@ -481,8 +481,31 @@ def test_the_noise_adaptation_counts_the_unread_steps_noise(steps):
         avail = [(0, o[i, :1]), (1, o[i, 1:])]
         prop = _proposal(model, sensors, avail, sp, zd_read, sp.zdd, sig, sa2, DT, steps=steps)
         nis.append(prop[2][0])
-        nis_since.append(prop[8][0])
+        nis_since.append(prop[6][0] @ np.linalg.solve(prop[8][0], prop[6][0]))
     se = 2.0 / np.sqrt(N)                               # standard error of 400 chi2(2)
     assert abs(np.mean(nis_since) - 2.0) < 4.0 * se
     if steps > 1:
         assert np.mean(nis) - 2.0 > 4.0 * se
+
+
+def test_the_fading_brings_a_surprising_reading_to_its_mean():
+    """One reading component (k = 1), where the statistic is y^2 / (C + (lambda - 1) n) with
+    n = Sbar - var: within the 0.999 quantile (10.83) the factor is 1; beyond it, the lambda
+    of the closed form 1 + (y^2 - C) / n, which brings the statistic to 1; capped at the
+    limit.  Two components with diagonal covariances (noise parts 1 and 4): the factor
+    returned brings the sum of the two components' statistics to 2."""
+    from mbfg.estimation.particle import _fading
+    var = np.array([0.5])
+    C, Sbar = np.array([[2.0]]), np.array([[1.5]])          # spread 0.5, noise part 1.0
+    assert _fading(np.array([3.0]), C, Sbar, var, 0.999, 100.0) == 1.0   # 4.5 < 10.83
+    y = np.array([6.0])                                     # 36 / 2 = 18 > 10.83
+    assert _fading(y, C, Sbar, var, 0.999, 100.0) == pytest.approx(1.0 + (36.0 - 2.0) / 1.0,
+                                                                   rel=1e-9)
+    assert _fading(y, C, Sbar, var, 0.999, 10.0) == 10.0
+    assert _fading(y, C, Sbar, var, 0.999, 1.0) == 1.0      # the adaptation at its limit
+    # two components, noise parts 1 and 4: statistic 36 / (2 + (l - 1)) + 4 / (2 + 4 (l - 1))
+    var2 = np.array([0.5, 0.5])
+    C2, Sbar2 = np.diag([2.0, 2.0]), np.diag([1.5, 4.5])
+    y2 = np.array([6.0, 2.0])
+    lam = _fading(y2, C2, Sbar2, var2, 0.999, 1e3)
+    assert 36.0 / (1.0 + lam) + 4.0 / (4.0 * lam - 2.0) == pytest.approx(2.0, rel=1e-9)

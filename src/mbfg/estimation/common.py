@@ -187,14 +187,19 @@ def gate(
     return keep
 
 
-def check_gate(probability: float | None) -> float | None:
-    """``probability`` of :func:`gate`, validated: None or a number in (0, 1)."""
+def check_gate(probability: float | None, name: str = "gate") -> float | None:
+    """``probability`` of :func:`gate` (or of the option ``name``), validated: None or a
+    number in (0, 1)."""
     from mbfg.errors import UsageError
     if probability is None:
         return None
-    p = float(probability)
+    try:
+        p = float(probability)
+    except (TypeError, ValueError):
+        p = float("nan")
     if not 0.0 < p < 1.0:
-        raise UsageError(f"gate must be a probability in (0, 1) (e.g. 0.9999), got {probability!r}")
+        raise UsageError(f"{name} must be a probability in (0, 1) (e.g. 0.9999), "
+                         f"got {probability!r}")
     return p
 
 
