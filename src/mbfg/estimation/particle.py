@@ -347,7 +347,9 @@ def _predictive_innovation(r, S, wprior):
     distribution of the readings, and the particles' mean covariance Sbar (k, k): the
     particles' innovations r (N, k) and covariances S (N, k, k) mixed with the prior weights
     ``wprior`` (N,) (law of total covariance: C is the weighted spread of r plus Sbar, the
-    weighted mean of S).  None when no particle has a finite weight and innovation."""
+    weighted mean of S).  None when no particle has a finite weight and innovation, or when
+    the mixture overflows (readings far outside the mechanism's range: the mode-loss monitor
+    then speaks for them)."""
     w = np.where(np.isfinite(wprior) & np.all(np.isfinite(r), axis=1), wprior, 0.0)
     if not w.sum() > 0.0:
         return None
@@ -356,7 +358,19 @@ def _predictive_innovation(r, S, wprior):
     ybar = w[use] @ r[use]
     D = r[use] - ybar
     Sbar = np.einsum("p,pkl->kl", w[use], S[use])
-    return ybar, (w[use, None] * D).T @ D + Sbar, Sbar
+    C = (w[use, None] * D).T @ D + Sbar
+    if not (np.all(np.isfinite(ybar)) and np.all(np.isfinite(C))):
+        return None
+    return ybar, C, Sbar
+
+
+def _normalized_square(y, C):
+    """y^T C^-1 y for y (k,), C (k, k); inf where C is numerically singular (readings absurdly
+    far from every particle: an innovation of 1e150 sigmas swamps the rest of C)."""
+    try:
+        return float(y @ np.linalg.solve(C, y))
+    except np.linalg.LinAlgError:
+        return math.inf
 
 
 def _fading(ybar, C, Sbar, var, level, limit):
@@ -367,15 +381,17 @@ def _fading(ybar, C, Sbar, var, level, limit):
     chi-square quantile ``level`` with k degrees of freedom; otherwise the lambda whose
     C(lambda) = C + (lambda - 1) (Sbar - diag(var)) brings it to k, found by bisection in
     log lambda (the statistic falls as lambda grows), or ``limit`` if even that leaves it
-    above k."""
+    above k.  1 also where the statistic is not finite (:func:`_normalized_square`): no
+    noise explains such readings, the mode-loss monitor speaks for them."""
     from scipy.stats import chi2
     k = ybar.size
-    if not float(ybar @ np.linalg.solve(C, ybar)) > chi2.isf(1.0 - level, k):
+    first = _normalized_square(ybar, C)
+    if not (math.isfinite(first) and first > chi2.isf(1.0 - level, k)):
         return 1.0
     noise = Sbar - np.diag(var)
 
     def statistic(lam):
-        return float(ybar @ np.linalg.solve(C + (lam - 1.0) * noise, ybar))
+        return _normalized_square(ybar, C + (lam - 1.0) * noise)
 
     if not limit > 1.0 or statistic(limit) > k:
         return max(float(limit), 1.0)
@@ -1069,7 +1085,7 @@ def particle_filter(
                 # adaptation ran to its limit (the review four-bar's crank gyroscope read
                 # every 4th step: the factor at ADAPT_MAX from 1 s on)
                 ybar, C = mixed[:2]
-                ratio = min(float(ybar @ np.linalg.solve(C, ybar)), 10.0 * kdim) / kdim
+                ratio = min(_normalized_square(ybar, C), 10.0 * kdim) / kdim
                 nis_bar = (1.0 - ADAPT_RATE) * nis_bar + ADAPT_RATE * ratio
                 adapt2 = float(np.clip(adapt2 * nis_bar ** ADAPT_RATE, 1.0, ADAPT_MAX ** 2))
             infl_t[k] = math.sqrt(adapt2)
