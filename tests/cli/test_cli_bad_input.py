@@ -161,14 +161,18 @@ def test_default_window_is_clamped_to_a_short_file(files, capsys):
     assert "4 steps" in out
 
 
+@pytest.mark.parametrize("gate", [None, "0.999"])
 @pytest.mark.parametrize("method", ["ekf", "pf"])
-def test_absurd_readings_no_warning_lines(files, capsys, method):
+def test_absurd_readings_no_warning_lines(files, capsys, method, gate):
     """Readings 1e150 (finite when whitened, absurd for a 1 m mechanism): numpy's overflow
     warnings are off; a non-finite estimate is a typed error, a finite one a result.  (The
     EKF diverged to nan on these readings while its correction fell back to the linearized
-    Eq. 76; it now takes a correction only as far as the mechanism goes, here none of it.)"""
+    Eq. 76; it now takes a correction only as far as the mechanism goes, here none of it.)
+    With gating too: the particles' mixture covariance is numerically singular against such
+    an innovation (a LinAlgError in the gate before), and the gate rejects the reading."""
     code, _, err = run(["estimate", FOURBAR, "--sensors", files / "marker.yaml", "--readings",
-                        files / "large.txt", "--method", method, "--quiet"], capsys)
+                        files / "large.txt", "--method", method, "--quiet"]
+                       + (["--gate", gate] if gate else []), capsys)
     assert "RuntimeWarning" not in err and "Traceback" not in err
     if method == "pf" and code != 0:  # no particle explains such readings: refused
         assert_one_line_error(code, err, "pf lost the mode")

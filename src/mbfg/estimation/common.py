@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from mbfg.model.partition import StatePartition
 
 __all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "prepare_readings",
-           "predict_readings", "innovation", "reading_variances", "gate", "check_gate", "observation_jacobian",
+           "predict_readings", "innovation", "reading_variances", "gate", "check_gate",
+           "normalized_square", "observation_jacobian",
            "white_acceleration_noise", "unscented_weights", "unscented_moments", "sigma_points",
            "correlation_cholesky",
            "systematic_resample",
@@ -181,10 +182,20 @@ def gate(
     for i, _ in available:
         dim = sensors[i].dim
         b = slice(r, r + dim)
-        nis = float(y[b] @ np.linalg.solve(S[b, b], y[b]))
+        nis = normalized_square(y[b], S[b, b])
         keep[b] = nis <= chi2.ppf(probability, dim)
         r += dim
     return keep
+
+
+def normalized_square(y: np.ndarray, S: np.ndarray) -> float:
+    """y^T S^-1 y for y (k,), S (k, k); inf where S is numerically singular (readings absurdly
+    far from the prediction: an innovation of 1e150 sigmas swamps the rest of a mixture's
+    covariance)."""
+    try:
+        return float(y @ np.linalg.solve(S, y))
+    except np.linalg.LinAlgError:
+        return float("inf")
 
 
 def check_gate(probability: float | None, name: str = "gate") -> float | None:

@@ -165,8 +165,8 @@ import numpy as np
 from mbfg.errors import ConvergenceError, UsageError
 from mbfg.estimation.common import gate as _gate
 from mbfg.estimation.common import (applied_forces, check_gate, correlation_cholesky,
-                                    filter_result, initial_state,
-                                    innovation, observation_jacobian, predict_readings,
+                                    filter_result, initial_state, innovation,
+                                    normalized_square, observation_jacobian, predict_readings,
                                     prepare_readings, reading_variances, systematic_resample,
                                     weighted_mean)
 from mbfg.estimation.reacquisition import GapReacquisition
@@ -364,15 +364,6 @@ def _predictive_innovation(r, S, wprior):
     return ybar, C, Sbar
 
 
-def _normalized_square(y, C):
-    """y^T C^-1 y for y (k,), C (k, k); inf where C is numerically singular (readings absurdly
-    far from every particle: an innovation of 1e150 sigmas swamps the rest of C)."""
-    try:
-        return float(y @ np.linalg.solve(C, y))
-    except np.linalg.LinAlgError:
-        return math.inf
-
-
 def _fading(ybar, C, Sbar, var, level, limit):
     """This step's factor lambda (>= 1, <= ``limit``) on the acceleration noise variance
     (module docstring, Fading): 1 while the predictive distribution's statistic
@@ -381,17 +372,17 @@ def _fading(ybar, C, Sbar, var, level, limit):
     chi-square quantile ``level`` with k degrees of freedom; otherwise the lambda whose
     C(lambda) = C + (lambda - 1) (Sbar - diag(var)) brings it to k, found by bisection in
     log lambda (the statistic falls as lambda grows), or ``limit`` if even that leaves it
-    above k.  1 also where the statistic is not finite (:func:`_normalized_square`): no
+    above k.  1 also where the statistic is not finite (``normalized_square``): no
     noise explains such readings, the mode-loss monitor speaks for them."""
     from scipy.stats import chi2
     k = ybar.size
-    first = _normalized_square(ybar, C)
+    first = normalized_square(ybar, C)
     if not (math.isfinite(first) and first > chi2.isf(1.0 - level, k)):
         return 1.0
     noise = Sbar - np.diag(var)
 
     def statistic(lam):
-        return _normalized_square(ybar, C + (lam - 1.0) * noise)
+        return normalized_square(ybar, C + (lam - 1.0) * noise)
 
     if not limit > 1.0 or statistic(limit) > k:
         return max(float(limit), 1.0)
@@ -1085,7 +1076,7 @@ def particle_filter(
                 # adaptation ran to its limit (the review four-bar's crank gyroscope read
                 # every 4th step: the factor at ADAPT_MAX from 1 s on)
                 ybar, C = mixed[:2]
-                ratio = min(_normalized_square(ybar, C), 10.0 * kdim) / kdim
+                ratio = min(normalized_square(ybar, C), 10.0 * kdim) / kdim
                 nis_bar = (1.0 - ADAPT_RATE) * nis_bar + ADAPT_RATE * ratio
                 adapt2 = float(np.clip(adapt2 * nis_bar ** ADAPT_RATE, 1.0, ADAPT_MAX ** 2))
             infl_t[k] = math.sqrt(adapt2)
