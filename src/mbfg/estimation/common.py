@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from mbfg.model.partition import StatePartition
 
 __all__ = ["sensor_set", "assumed_sigmas", "readings_by_step", "prepare_readings",
-           "predict_readings", "innovation", "reading_variances", "gate", "check_gate",
+           "predict_readings", "innovation", "reading_variances", "gate", "check_probability",
            "normalized_square", "observation_jacobian",
            "white_acceleration_noise", "unscented_weights", "unscented_moments", "sigma_points",
            "correlation_cholesky",
@@ -198,9 +198,9 @@ def normalized_square(y: np.ndarray, S: np.ndarray) -> float:
         return float("inf")
 
 
-def check_gate(probability: float | None, name: str = "gate") -> float | None:
-    """``probability`` of :func:`gate` (or of the option ``name``), validated: None or a
-    number in (0, 1)."""
+def check_probability(probability: float | None, name: str = "gate") -> float | None:
+    """The option ``name`` (the ``probability`` of :func:`gate` by default, or a filter's
+    other chi-square level), validated: None or a number in (0, 1)."""
     from mbfg.errors import UsageError
     if probability is None:
         return None

@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mbfg.estimation.common import gate as _gate
-from mbfg.estimation.common import (applied_forces, carried_covariance, check_gate,
+from mbfg.estimation.common import (applied_forces, carried_covariance, check_probability,
                                     filter_result, initial_state, innovation,
                                     observation_jacobian, predict_readings, prepare_readings,
                                     reading_variances, sigma_points, unscented_moments,
@@ -200,7 +200,7 @@ def _ekf_family(name, model, sensors, readings, dt, n_steps, *, q0, qd0, fe, int
                 sigma2_acc=None, linear_position_correction=False,
                 exact_jacobian=False, gate=None, repartition=True, reacquire=True):
     t0 = time.perf_counter()
-    gate = check_gate(gate)
+    gate = check_probability(gate)
     n_rejected = 0
     n_steps = int(n_steps)
     sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)
@@ -547,7 +547,7 @@ def ukf(
     sigma point's.  ``gate``: innovation gating probability, ``p0``, ``qc``,
     ``repartition`` and ``reacquire`` as :func:`ekf`.  ``seed`` is unused."""
     t0 = time.perf_counter()
-    gate = check_gate(gate)
+    gate = check_probability(gate)
     n_rejected = 0
     n_steps = int(n_steps)
     sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)

@@ -164,7 +164,7 @@ import numpy as np
 
 from mbfg.errors import ConvergenceError, UsageError
 from mbfg.estimation.common import gate as _gate
-from mbfg.estimation.common import (applied_forces, check_gate, correlation_cholesky,
+from mbfg.estimation.common import (applied_forces, check_probability, correlation_cholesky,
                                     filter_result, initial_state, innovation,
                                     normalized_square, observation_jacobian, predict_readings,
                                     prepare_readings, reading_variances, systematic_resample,
@@ -728,8 +728,8 @@ def particle_filter(
     """
     t0 = time.perf_counter()
     n_steps = int(n_steps)
-    gate = check_gate(gate)
-    fading = check_gate(fading, "fading")
+    gate = check_probability(gate)
+    fading = check_probability(fading, "fading")
     rng = np.random.default_rng(seed)
     sensors, sig, per_step = prepare_readings(model, sensors, readings, n_steps, sensor_sigmas)
     # the particles' independent coordinates move to a better-conditioned set when theirs
