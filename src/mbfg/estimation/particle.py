@@ -134,9 +134,11 @@ or, if larger, by the predicted cloud's rate spread when the readings last resum
 steps without any: after a gap a lost mode's rate can be off by several initial spreads; its
 coordinates and rates spread at least as far as the estimate has moved from the last step
 whose readings a particle explained: over a burst of outliers the estimate follows them; the
-whole turn, both branches, rates up to twice the estimate with ``init="uniform"``, but only
-while the mechanism is slower than omega_c s: a global restart at speed locks onto wrong
-modes; after a gap's search, about the state it found).  A restart after which the filter
+whole turn, both branches, rates up to twice the estimate with ``init="uniform"`` while the
+mechanism is slower than omega_c s; at speed a global restart locks onto wrong modes, so a
+filter that has decided its branch restarts about its estimate on that branch, as from a
+guess (the 2015 four-bar's lower branch, readings seed 1114: lost at 0.22 s, back within
+5 readings); after a gap's search, about the state it found).  A restart after which the filter
 explains readings for 1 / omega_c has recovered the mode and the count starts again: a run
 over many cycles of the mechanism may pass a phase where the readings lose the mode once per
 cycle (the review four-bar's coupler gyroscope near t = 1.3 s and 7.9 s).  Otherwise it
@@ -1084,14 +1086,16 @@ def particle_filter(
         mx = np.max(logw)
         # (not while a gap's global search is pending: its outcome restarts the cloud)
         lost = not np.isfinite(mx) or (unexplained >= patience and not watch.pending)
+        tracking = False
         if lost and found is None:
             # a global restart (init='uniform') covers the rates densely only while the
-            # mechanism is slow: beyond omega_c s it would lock onto wrong modes, so give up
+            # mechanism is slow: beyond omega_c s it would lock onto wrong modes, so a filter
+            # that has decided its branch restarts locally there, as from a guess
             tracking = init == "uniform" and decided and bool(
                 np.any(np.abs(zd_prev) > wc * s)) if np.isfinite(wc) else decided
             if restarts and last_good - restarts[-1] >= own_time:
                 streak = 0       # the last restart recovered the mode: a new budget
-            if streak >= max_restarts or k == 0 or last_good < 0 or tracking:
+            if streak >= max_restarts or k == 0 or last_good < 0:
                 upto = max(last_good + 1, 0)
                 exc = ConvergenceError(
                     f"pf lost the mode: from step {k - unexplained + 1 if unexplained else k} "
@@ -1110,11 +1114,12 @@ def particle_filter(
             avail = per_step[k]          # a restart doubts the cloud, not this step's readings
             # (a global restart covers with the initial count; the weight errors keep their
             # estimate and spread: a restart doubts the state)
-            M = max(int(initial_particles or 0), M_target) if init == "uniform" else M
+            glob = init == "uniform" and not tracking
+            M = max(int(initial_particles or 0), M_target) if glob else M
             eps_m, eps_P = np.full(M, eps_hat), np.full(M, eps_sd * eps_sd)
             eps = draw_weight_errors()
             Qk = forces_at(tk)
-            if init == "uniform":
+            if glob:
                 # a global restart: the whole turn, both branches, rates up to the bound or
                 # twice the last estimate, the first reading conditioning the rates
                 bound = max(zmax, 2.0 * float(np.max(np.abs(zd_prev))))
