@@ -155,7 +155,8 @@ def fourbar_2015(seeds, M0, M):
                          if a else "-")
         rm = f"{np.median(rmses):.3f}, {np.max(rmses):.3f}" if rmses else "-"
         print(f"| {label} | {n} | {ok_runs}/{n} | {losses}/{n} | {within6}/{n} | {fmt(reads)} | "
-              f"{fmt(bounds)} | {fmt(bounds_rest)} | {rm} | {np.mean(ms):.1f}, {np.max(ms):.1f} |", flush=True)
+              f"{fmt(bounds)} | {fmt(bounds_rest)} | {rm} | {np.mean(ms):.1f}, "
+              f"{np.max(ms):.1f} |", flush=True)
 
 
 def review(seeds):
