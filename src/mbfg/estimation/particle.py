@@ -137,8 +137,8 @@ whose readings a particle explained: over a burst of outliers the estimate follo
 whole turn, both branches, rates up to twice the estimate with ``init="uniform"`` while the
 mechanism is slower than omega_c s; at speed a global restart locks onto wrong modes, so a
 filter that has decided its branch restarts about its estimate on that branch, as from a
-guess (the 2015 four-bar's lower branch, readings seed 1114: lost at 0.22 s, back within
-5 readings); after a gap's search, about the state it found).  A restart after which the filter
+guess (the 2015 four-bar's lower branch, readings seed 1114: lost from 0.215 s, one restart
+at 0.235 s, 0.11 deg after 0.5 s); after a gap's search, about the state it found).  A restart after which the filter
 explains readings for 1 / omega_c has recovered the mode and the count starts again: a run
 over many cycles of the mechanism may pass a phase where the readings lose the mode once per
 cycle (the review four-bar's coupler gyroscope near t = 1.3 s and 7.9 s).  Otherwise it
