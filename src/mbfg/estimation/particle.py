@@ -138,10 +138,11 @@ whole turn, both branches, rates up to twice the estimate with ``init="uniform"`
 mechanism is slower than omega_c s; at speed a global restart locks onto wrong modes, so a
 filter that has decided its branch restarts about its estimate on that branch, as from a
 guess (the 2015 four-bar's lower branch, readings seed 1114: lost from 0.215 s, one restart
-at 0.235 s, 0.11 deg after 0.5 s); after a gap's search, about the state it found).  A restart after which the filter
-explains readings for 1 / omega_c has recovered the mode and the count starts again: a run
-over many cycles of the mechanism may pass a phase where the readings lose the mode once per
-cycle (the review four-bar's coupler gyroscope near t = 1.3 s and 7.9 s).  Otherwise it
+at 0.235 s, 0.11 deg after 0.5 s); after a gap's search, about the state it found).  A
+restart after which the filter explains readings for 1 / omega_c has recovered the mode and
+the count starts again: a run over many cycles of the mechanism may pass a phase where the
+readings lose the mode once per cycle (the review four-bar's coupler gyroscope near t = 1.3 s
+and 7.9 s).  Otherwise it
 raises :class:`~mbfg.errors.ConvergenceError` whose ``partial`` is the result up to the last
 step whose reading a particle explained.  A diverged estimate is not returned as a result
 when its readings show it; a wrong mode that explains every reading (rates only, far too
@@ -1086,13 +1087,7 @@ def particle_filter(
         mx = np.max(logw)
         # (not while a gap's global search is pending: its outcome restarts the cloud)
         lost = not np.isfinite(mx) or (unexplained >= patience and not watch.pending)
-        tracking = False
         if lost and found is None:
-            # a global restart (init='uniform') covers the rates densely only while the
-            # mechanism is slow: beyond omega_c s it would lock onto wrong modes, so a filter
-            # that has decided its branch restarts locally there, as from a guess
-            tracking = init == "uniform" and decided and bool(
-                np.any(np.abs(zd_prev) > wc * s)) if np.isfinite(wc) else decided
             if restarts and last_good - restarts[-1] >= own_time:
                 streak = 0       # the last restart recovered the mode: a new budget
             if streak >= max_restarts or k == 0 or last_good < 0:
@@ -1114,12 +1109,16 @@ def particle_filter(
             avail = per_step[k]          # a restart doubts the cloud, not this step's readings
             # (a global restart covers with the initial count; the weight errors keep their
             # estimate and spread: a restart doubts the state)
-            glob = init == "uniform" and not tracking
-            M = max(int(initial_particles or 0), M_target) if glob else M
+            # a global restart (init='uniform') covers the rates densely only while the
+            # mechanism is slow: beyond omega_c s it would lock onto wrong modes, so a filter
+            # that has decided its branch restarts locally there, as from a guess
+            at_speed = bool(np.any(np.abs(zd_prev) > wc * s)) if np.isfinite(wc) else True
+            global_restart = init == "uniform" and not (decided and at_speed)
+            M = max(int(initial_particles or 0), M_target) if global_restart else M
             eps_m, eps_P = np.full(M, eps_hat), np.full(M, eps_sd * eps_sd)
             eps = draw_weight_errors()
             Qk = forces_at(tk)
-            if glob:
+            if global_restart:
                 # a global restart: the whole turn, both branches, rates up to the bound or
                 # twice the last estimate, the first reading conditioning the rates
                 bound = max(zmax, 2.0 * float(np.max(np.abs(zd_prev))))
